@@ -1,0 +1,7 @@
+// +k8s:deepcopy-gen=package
+// +groupName=vmoperator.jdrupes.org
+
+// Package v1 holds the vmoperator.jdrupes.org/v1 VirtualMachine API: its Go
+// types, defaults, validation and the CRD. The field names are those of
+// VM-Operator so that its manifests work unchanged.
+package v1
