@@ -1,0 +1,47 @@
+package v1
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/json"
+)
+
+// IsVirtualMachine tells whether apiVersion and kind name a VirtualMachine.
+func IsVirtualMachine(apiVersion, kind string) bool {
+	return apiVersion == APIVersion && kind == Kind
+}
+
+// DecodeJSON decodes a VirtualMachine strictly: unknown and duplicate
+// fields are errors (a typo must not silently drop a setting), each naming
+// its field path.
+func DecodeJSON(data []byte) (*VirtualMachine, error) {
+	vm := &VirtualMachine{}
+	strict, err := json.UnmarshalStrict(data, vm)
+	if err != nil {
+		return nil, err
+	}
+	if len(strict) > 0 {
+		var errs []error
+		for _, e := range strict {
+			errs = append(errs, e)
+		}
+		return nil, errors.Join(errs...)
+	}
+	return vm, nil
+}
+
+// DefaultAndValidate defaults a copy of vm and validates it. The copy is
+// returned only when it is valid.
+func DefaultAndValidate(vm *VirtualMachine) (*VirtualMachine, field.ErrorList) {
+	out := vm.DeepCopy()
+	out.Default()
+	if errs := out.Validate(); len(errs) > 0 {
+		return nil, errs
+	}
+	return out, nil
+}
+
+// ErrNotVirtualMachine is returned for documents of another kind.
+var ErrNotVirtualMachine = fmt.Errorf("not a %s %s", APIVersion, Kind)

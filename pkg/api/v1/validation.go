@@ -1,0 +1,355 @@
+package v1
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+const (
+	// MaxNameLength keeps the pod's controller-revision-hash label
+	// ("<vm>-<10 char hash>") within the 63 characters of a label value.
+	MaxNameLength = 52
+	// MaxCPUs is qemu's limit for a q35 machine.
+	MaxCPUs = 4096
+)
+
+// qemuWord is what may be spliced into a qemu option without escaping:
+// a comma would start a new option.
+var qemuWord = regexp.MustCompile(`^[A-Za-z0-9_.:+-]+$`)
+
+// Validate returns every problem of a defaulted VirtualMachine at once,
+// each with its field path. Call Default first: validation checks the
+// relations between fields (currentCpus <= maximumCpus) on final values.
+func (vm *VirtualMachine) Validate() field.ErrorList {
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	switch {
+	case vm.Name == "":
+		errs = append(errs, field.Required(meta.Child("name"), ""))
+	default:
+		for _, msg := range validation.IsDNS1123Label(vm.Name) {
+			errs = append(errs, field.Invalid(meta.Child("name"), vm.Name, msg))
+		}
+		if len(vm.Name) > MaxNameLength {
+			errs = append(errs, field.TooLong(meta.Child("name"), vm.Name, MaxNameLength))
+		}
+	}
+	if vm.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(vm.Namespace) {
+			errs = append(errs, field.Invalid(meta.Child("namespace"), vm.Namespace, msg))
+		}
+	}
+	errs = append(errs, metav1validation.ValidateLabels(vm.Labels, meta.Child("labels"))...)
+	errs = append(errs, apivalidation.ValidateAnnotations(vm.Annotations, meta.Child("annotations"))...)
+	spec := field.NewPath("spec")
+	errs = append(errs, vm.Spec.Image.validate(spec.Child("image"))...)
+	errs = append(errs, vm.Spec.CloudInit.validate(spec.Child("cloudInit"))...)
+	if lb := vm.Spec.LoadBalancerService; lb != nil {
+		p := spec.Child("loadBalancerService")
+		for k := range lb.Labels {
+			for _, msg := range validation.IsQualifiedName(k) {
+				errs = append(errs, field.Invalid(p.Child("labels").Key(k), k, msg))
+			}
+		}
+		for k := range lb.Annotations {
+			for _, msg := range validation.IsQualifiedName(strings.ToLower(k)) {
+				errs = append(errs, field.Invalid(p.Child("annotations").Key(k), k, msg))
+			}
+		}
+	}
+	errs = append(errs, vm.Spec.VM.validate(spec.Child("vm"))...)
+	return errs
+}
+
+// Warnings lists what is accepted but has no effect in vmop.
+func (vm *VirtualMachine) Warnings() []string {
+	var w []string
+	ignored := func(path string) {
+		w = append(w, fmt.Sprintf("spec.%s is only used by VM-Operator's web GUI and ignored", path))
+	}
+	if len(vm.Spec.Permissions) > 0 {
+		ignored("permissions")
+	}
+	if len(vm.Spec.Pools) > 0 {
+		ignored("pools")
+	}
+	if vm.Spec.LoggingProperties != "" {
+		w = append(w, "spec.loggingProperties configures VM-Operator's Java runner and is ignored")
+	}
+	if d := vm.Spec.VM.Display; d != nil && d.Spice != nil && d.Spice.Ticket != "" {
+		w = append(w, "spec.vm.display.spice.ticket is deprecated and ignored: use a display Secret")
+	}
+	return w
+}
+
+func (im *Image) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if im == nil {
+		return nil
+	}
+	parts := im.Repository != "" || im.Path != "" || im.Version != ""
+	switch {
+	case im.Source != "" && parts:
+		errs = append(errs, field.Invalid(p, im.Source, "give either source or repository/path/version, not both"))
+	case im.Source == "" && im.Path == "":
+		errs = append(errs, field.Required(p.Child("source"), "or path"))
+	}
+	switch im.PullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("pullPolicy"), im.PullPolicy,
+			[]corev1.PullPolicy{corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever}))
+	}
+	return errs
+}
+
+func (c *CloudInit) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if c == nil {
+		return nil
+	}
+	if !c.MetaData.IsNull() {
+		if _, ok := c.MetaData.Map(); !ok {
+			errs = append(errs, field.TypeInvalid(p.Child("metaData"), string(c.MetaData.Raw), "must be an object"))
+		}
+	}
+	if !c.NetworkConfig.IsNull() {
+		if _, ok := c.NetworkConfig.Map(); !ok {
+			errs = append(errs, field.TypeInvalid(p.Child("networkConfig"), string(c.NetworkConfig.Raw), "must be an object"))
+		}
+	}
+	if !c.UserData.IsNull() {
+		if _, ok := c.UserData.Map(); !ok && c.UserData.Raw[0] != '"' {
+			errs = append(errs, field.TypeInvalid(p.Child("userData"), string(c.UserData.Raw), "must be an object (cloud-config) or a string"))
+		}
+	}
+	return errs
+}
+
+func (v *VMSpec) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch v.State {
+	case StateRunning, StateStopped:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("state"), v.State, []VMState{StateRunning, StateStopped}))
+	}
+	switch v.Firmware {
+	case FirmwareBIOS, FirmwareUEFI, FirmwareUEFI4M, FirmwareSecure, FirmwareSecure4M:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("firmware"), v.Firmware,
+			[]Firmware{FirmwareBIOS, FirmwareUEFI, FirmwareUEFI4M, FirmwareSecure, FirmwareSecure4M}))
+	}
+	if v.MachineUUID != "" {
+		if _, err := uuid.Parse(v.MachineUUID); err != nil {
+			errs = append(errs, field.Invalid(p.Child("machineUuid"), v.MachineUUID, "must be a UUID"))
+		}
+	}
+	if t := v.PowerdownTimeout; t != nil && *t < 0 {
+		errs = append(errs, field.Invalid(p.Child("powerdownTimeout"), *t, "must be 0 or more seconds"))
+	}
+	if v.CPUModel != "" && !qemuWord.MatchString(v.CPUModel) {
+		errs = append(errs, field.Invalid(p.Child("cpuModel"), v.CPUModel, "must be a qemu CPU model name (letters, digits, _ . : + -)"))
+	}
+	errs = append(errs, v.validateCPUs(p)...)
+	errs = append(errs, v.validateRAM(p)...)
+	for _, f := range []struct {
+		name, value string
+	}{{"rtcBase", v.RTCBase}, {"rtcClock", v.RTCClock}} {
+		if !qemuWord.MatchString(f.value) {
+			errs = append(errs, field.Invalid(p.Child(f.name), f.value, "must be a single qemu -rtc value (letters, digits, _ . : + -)"))
+		}
+	}
+	for i := range v.Networks {
+		errs = append(errs, v.Networks[i].validate(p.Child("networks").Index(i))...)
+	}
+	errs = append(errs, v.validateDisks(p.Child("disks"))...)
+	errs = append(errs, v.Display.validate(p.Child("display"))...)
+	return errs
+}
+
+func (v *VMSpec) validateCPUs(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	maxCPUs, cur := *v.MaximumCPUs, *v.CurrentCPUs
+	if maxCPUs < 1 || maxCPUs > MaxCPUs {
+		errs = append(errs, field.Invalid(p.Child("maximumCpus"), maxCPUs, fmt.Sprintf("must be between 1 and %d", MaxCPUs)))
+	}
+	switch {
+	case cur < 1:
+		errs = append(errs, field.Invalid(p.Child("currentCpus"), cur, "must be at least 1"))
+	case cur > maxCPUs:
+		errs = append(errs, field.Invalid(p.Child("currentCpus"), cur, fmt.Sprintf("must not exceed maximumCpus (%d)", maxCPUs)))
+	}
+	if t := v.CPUTopology; t != nil {
+		tp := p.Child("cpuTopology")
+		for _, f := range []struct {
+			name  string
+			value int32
+		}{{"sockets", t.Sockets}, {"diesPerSocket", t.DiesPerSocket}, {"coresPerDie", t.CoresPerDie}, {"threadsPerCore", t.ThreadsPerCore}} {
+			if f.value < 0 || f.value > MaxCPUs {
+				errs = append(errs, field.Invalid(tp.Child(f.name), f.value, fmt.Sprintf("must be between 0 (omitted) and %d", MaxCPUs)))
+			}
+		}
+		if len(errs) == 0 {
+			// qemu derives the parts left out; the given ones must fit.
+			full := t.Sockets > 0 && t.CoresPerDie > 0 && t.ThreadsPerCore > 0
+			if n := t.product(); (full && n != maxCPUs) || (!full && maxCPUs%n != 0) {
+				errs = append(errs, field.Invalid(tp, n, fmt.Sprintf("the topology's %d CPUs do not fit maximumCpus (%d)", n, maxCPUs)))
+			}
+		}
+	}
+	return errs
+}
+
+func (v *VMSpec) validateRAM(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	size := func(name string, q Quantity) int64 {
+		parsed, err := q.Parse()
+		if err != nil {
+			errs = append(errs, field.Invalid(p.Child(name), string(q), "must be a quantity such as 4Gi or 512Mi"))
+			return -1
+		}
+		n := parsed.Value()
+		if n < 1<<20 {
+			errs = append(errs, field.Invalid(p.Child(name), string(q), "must be at least 1Mi"))
+			return -1
+		}
+		return n
+	}
+	maxRAM := size("maximumRam", v.MaximumRAM)
+	cur := size("currentRam", v.CurrentRAM)
+	if maxRAM > 0 && cur > maxRAM {
+		errs = append(errs, field.Invalid(p.Child("currentRam"), string(v.CurrentRAM), fmt.Sprintf("must not exceed maximumRam (%s)", v.MaximumRAM)))
+	}
+	return errs
+}
+
+func (n *Network) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	var device, mac string
+	switch {
+	case n.Tap != nil && n.User != nil:
+		return append(errs, field.Invalid(p, "tap, user", "must have exactly one of tap or user"))
+	case n.Tap != nil:
+		p = p.Child("tap")
+		device, mac = n.Tap.Device, n.Tap.MAC
+		if !qemuWord.MatchString(n.Tap.Bridge) {
+			errs = append(errs, field.Invalid(p.Child("bridge"), n.Tap.Bridge, "must be a bridge interface name"))
+		}
+	case n.User != nil:
+		p = p.Child("user")
+		device, mac = n.User.Device, n.User.MAC
+		if n.User.Net != "" {
+			if _, _, err := net.ParseCIDR(n.User.Net); err != nil {
+				errs = append(errs, field.Invalid(p.Child("net"), n.User.Net, "must be a network in CIDR notation, e.g. 10.0.2.0/24"))
+			}
+		}
+	default:
+		return append(errs, field.Required(p, "one of tap or user"))
+	}
+	if !qemuWord.MatchString(device) {
+		errs = append(errs, field.Invalid(p.Child("device"), device, "must be a qemu network device model"))
+	}
+	if mac != "" {
+		if hw, err := net.ParseMAC(mac); err != nil || len(hw) != 6 {
+			errs = append(errs, field.Invalid(p.Child("mac"), mac, "must be a MAC address such as 52:54:00:12:34:56"))
+		}
+	}
+	return errs
+}
+
+func (v *VMSpec) validateDisks(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	names := sets.New[string]()
+	bootindexes := map[int32]int{}
+	for i := range v.Disks {
+		d := &v.Disks[i]
+		dp := p.Index(i)
+		if d.Bootindex != nil {
+			switch prev, dup := bootindexes[*d.Bootindex]; {
+			case *d.Bootindex < 0:
+				errs = append(errs, field.Invalid(dp.Child("bootindex"), *d.Bootindex, "must be 0 or more"))
+			case dup:
+				errs = append(errs, field.Duplicate(dp.Child("bootindex"), fmt.Sprintf("%d (also disks[%d])", *d.Bootindex, prev)))
+			default:
+				bootindexes[*d.Bootindex] = i
+			}
+		}
+		switch {
+		case d.VolumeClaimTemplate != nil && d.CDROM != nil:
+			errs = append(errs, field.Invalid(dp, "volumeClaimTemplate, cdrom", "must have exactly one of volumeClaimTemplate or cdrom"))
+		case d.VolumeClaimTemplate != nil:
+			errs = append(errs, v.validateVolumeClaimTemplate(i, dp.Child("volumeClaimTemplate"), names)...)
+		case d.CDROM != nil:
+			if img := d.CDROM.Image; strings.ContainsAny(img, "\n\x00") {
+				errs = append(errs, field.Invalid(dp.Child("cdrom", "image"), img, "must be a path or URL on one line"))
+			}
+		default:
+			errs = append(errs, field.Required(dp, "one of volumeClaimTemplate or cdrom"))
+		}
+	}
+	return errs
+}
+
+func (v *VMSpec) validateVolumeClaimTemplate(i int, p *field.Path, names sets.Set[string]) field.ErrorList {
+	var errs field.ErrorList
+	t := v.Disks[i].VolumeClaimTemplate
+	mp := p.Child("metadata")
+	name := v.DiskName(i)
+	for _, msg := range validation.IsDNS1123Label(name) {
+		errs = append(errs, field.Invalid(mp.Child("name"), t.Metadata.Name, fmt.Sprintf("the volume name %q: %s", name, msg)))
+	}
+	if names.Has(name) {
+		errs = append(errs, field.Duplicate(mp.Child("name"), t.Metadata.Name))
+	}
+	names.Insert(name)
+	errs = append(errs, metav1validation.ValidateLabels(t.Metadata.Labels, mp.Child("labels"))...)
+	errs = append(errs, apivalidation.ValidateAnnotations(t.Metadata.Annotations, mp.Child("annotations"))...)
+	sp := p.Child("spec")
+	switch m := *t.Spec.VolumeMode; m {
+	case corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem:
+	default:
+		errs = append(errs, field.NotSupported(sp.Child("volumeMode"), m,
+			[]corev1.PersistentVolumeMode{corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem}))
+	}
+	for j, m := range t.Spec.AccessModes {
+		switch m {
+		case corev1.ReadWriteOnce, corev1.ReadWriteMany, corev1.ReadOnlyMany, corev1.ReadWriteOncePod:
+		default:
+			errs = append(errs, field.NotSupported(sp.Child("accessModes").Index(j), m,
+				[]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadWriteMany, corev1.ReadOnlyMany, corev1.ReadWriteOncePod}))
+		}
+	}
+	if t.Spec.Selector != nil {
+		errs = append(errs, metav1validation.ValidateLabelSelector(t.Spec.Selector, metav1validation.LabelSelectorValidationOptions{}, sp.Child("selector"))...)
+	}
+	return errs
+}
+
+func (d *Display) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if o := *d.Outputs; o < 1 || o > 16 {
+		errs = append(errs, field.Invalid(p.Child("outputs"), o, "must be between 1 and 16"))
+	}
+	sp := d.Spice
+	if sp == nil {
+		return errs
+	}
+	p = p.Child("spice")
+	if port := *sp.Port; port < 1 || port > 65535 {
+		errs = append(errs, field.Invalid(p.Child("port"), port, "must be between 1 and 65535"))
+	}
+	if n := *sp.UsbRedirects; n < 0 || n > 16 {
+		errs = append(errs, field.Invalid(p.Child("usbRedirects"), n, "must be between 0 and 16"))
+	}
+	return errs
+}

@@ -1,0 +1,118 @@
+package manifest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// Output formats.
+const (
+	FormatYAML = "yaml"
+	FormatJSON = "json"
+)
+
+// Formats lists the output formats, for flag help and errors.
+var Formats = []string{FormatYAML, FormatJSON}
+
+// Writer writes objects as a YAML stream ("---" between documents) or as
+// one JSON List whose items are written as they come.
+type Writer struct {
+	w      *bufio.Writer
+	format string
+	n      int
+	buf    []byte
+	conv   converter
+}
+
+// NewWriter writes in format to w. Call Close at the end.
+func NewWriter(w io.Writer, format string) (*Writer, error) {
+	switch format {
+	case FormatYAML, FormatJSON:
+	default:
+		return nil, fmt.Errorf("unknown output format %q: use one of %v", format, Formats)
+	}
+	return &Writer{w: bufio.NewWriterSize(w, 64<<10), format: format}, nil
+}
+
+// WriteObject writes a Go object (a typed Kubernetes object or a map).
+func (w *Writer) WriteObject(obj any) error {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	return w.WriteJSON(b)
+}
+
+// WriteJSON writes an object given as JSON.
+func (w *Writer) WriteJSON(b []byte) error {
+	if w.format == FormatYAML {
+		y, err := w.conv.convert(w.buf[:0], b)
+		if err != nil {
+			return err
+		}
+		w.buf = y
+		return w.writeYAML(y)
+	}
+	return w.writeJSON(b)
+}
+
+// WriteDocument writes a document of an input stream; YAML is copied as
+// written, comments included.
+func (w *Writer) WriteDocument(d *Document) error {
+	if w.format == FormatYAML {
+		return w.writeYAML(d.Raw)
+	}
+	return w.writeJSON(d.JSON)
+}
+
+func (w *Writer) writeYAML(y []byte) error {
+	if w.n > 0 {
+		w.w.WriteString("---\n")
+	}
+	w.n++
+	w.w.Write(y)
+	if len(y) > 0 && y[len(y)-1] != '\n' {
+		w.w.WriteByte('\n')
+	}
+	return nil
+}
+
+func (w *Writer) writeJSON(b []byte) error {
+	if w.n == 0 {
+		w.w.WriteString("{\n    \"apiVersion\": \"v1\",\n    \"kind\": \"List\",\n    \"items\": [\n")
+	} else {
+		w.w.WriteString(",\n")
+	}
+	w.n++
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "        ", "    "); err != nil {
+		return err
+	}
+	w.w.WriteString("        ")
+	w.w.Write(buf.Bytes())
+	return nil
+}
+
+// Close ends the stream and flushes it. It writes nothing more when an
+// error made the caller stop early; the output is then not to be used.
+func (w *Writer) Close() error {
+	if w.format == FormatJSON {
+		if w.n == 0 {
+			w.w.WriteString("{\n    \"apiVersion\": \"v1\",\n    \"kind\": \"List\",\n    \"items\": [")
+		}
+		w.w.WriteString("\n    ]\n}\n")
+	}
+	return w.w.Flush()
+}
+
+// ObjectToYAML returns a Go object as YAML.
+func ObjectToYAML(obj any) ([]byte, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	return JSONToYAML(nil, b)
+}

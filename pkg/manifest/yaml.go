@@ -1,0 +1,382 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// JSONToYAML converts one JSON value to block-style YAML with sorted keys,
+// as kubectl prints it, and appends it to dst. It is a small converter of
+// its own because going through a generic YAML library (parse the JSON as
+// YAML, then emit) costs ten times more, and rendering must keep up with
+// thousands of VMs a second. Strings that could be read back as anything
+// else are double-quoted (JSON's string syntax is valid YAML).
+func JSONToYAML(dst, src []byte) ([]byte, error) {
+	c := converters.Get().(*converter)
+	defer converters.Put(c)
+	return c.convert(dst, src)
+}
+
+// converters keeps the parse arenas of converters for reuse.
+var converters = sync.Pool{New: func() any { return new(converter) }}
+
+type converter struct {
+	src   []byte
+	pos   int
+	nodes []jnode
+	kids  []int32
+	stack []int32
+}
+
+// jnode is a parsed JSON value; an object's or array's children are
+// kids[first:first+n].
+type jnode struct {
+	kind  byte   // '{', '[', '"' or 's' (another scalar)
+	key   []byte // the member name, raw JSON string without quotes
+	raw   []byte // a scalar's JSON token
+	first int32
+	n     int32
+}
+
+var errSyntax = errors.New("invalid JSON")
+
+func (c *converter) convert(dst, src []byte) ([]byte, error) {
+	c.src, c.pos = src, 0
+	defer func() { c.src = nil }() // do not keep the caller's bytes alive in a pool
+	c.nodes, c.kids, c.stack = c.nodes[:0], c.kids[:0], c.stack[:0]
+	root, err := c.parse()
+	if err != nil {
+		return dst, err
+	}
+	c.space()
+	if c.pos != len(c.src) {
+		return dst, fmt.Errorf("%w: data after the value at offset %d", errSyntax, c.pos)
+	}
+	n := &c.nodes[root]
+	switch {
+	case n.kind == '{' && n.n > 0:
+		return c.emitMembers(dst, root, 0), nil
+	case n.kind == '[' && n.n > 0:
+		return c.emitItems(dst, root, 0), nil
+	}
+	dst = c.emitInline(dst, root, 0)
+	return append(dst, '\n'), nil
+}
+
+func (c *converter) space() {
+	for c.pos < len(c.src) {
+		switch c.src[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (c *converter) parse() (int32, error) {
+	c.space()
+	if c.pos >= len(c.src) {
+		return 0, fmt.Errorf("%w: unexpected end", errSyntax)
+	}
+	idx := int32(len(c.nodes))
+	switch c.src[c.pos] {
+	case '{', '[':
+		open := c.src[c.pos]
+		c.nodes = append(c.nodes, jnode{kind: open})
+		c.pos++
+		base := len(c.stack)
+		closeCh := byte('}')
+		if open == '[' {
+			closeCh = ']'
+		}
+		c.space()
+		if c.pos < len(c.src) && c.src[c.pos] == closeCh {
+			c.pos++
+			return idx, nil
+		}
+		for {
+			var key []byte
+			if open == '{' {
+				c.space()
+				s, err := c.str()
+				if err != nil {
+					return 0, err
+				}
+				key = s[1 : len(s)-1]
+				c.space()
+				if c.pos >= len(c.src) || c.src[c.pos] != ':' {
+					return 0, fmt.Errorf("%w: expected ':' at offset %d", errSyntax, c.pos)
+				}
+				c.pos++
+			}
+			child, err := c.parse()
+			if err != nil {
+				return 0, err
+			}
+			c.nodes[child].key = key
+			c.stack = append(c.stack, child)
+			c.space()
+			if c.pos >= len(c.src) {
+				return 0, fmt.Errorf("%w: unexpected end", errSyntax)
+			}
+			if ch := c.src[c.pos]; ch == ',' {
+				c.pos++
+				continue
+			} else if ch == closeCh {
+				c.pos++
+				break
+			}
+			return 0, fmt.Errorf("%w: unexpected %q at offset %d", errSyntax, c.src[c.pos], c.pos)
+		}
+		kids := c.stack[base:]
+		if open == '{' {
+			slices.SortFunc(kids, func(a, b int32) int { return bytes.Compare(c.nodes[a].key, c.nodes[b].key) })
+		}
+		c.nodes[idx].first, c.nodes[idx].n = int32(len(c.kids)), int32(len(kids))
+		c.kids = append(c.kids, kids...)
+		c.stack = c.stack[:base]
+		return idx, nil
+	case '"':
+		s, err := c.str()
+		if err != nil {
+			return 0, err
+		}
+		c.nodes = append(c.nodes, jnode{kind: '"', raw: s})
+		return idx, nil
+	default:
+		start := c.pos
+		for c.pos < len(c.src) && !strings.ContainsRune(",]} \t\r\n", rune(c.src[c.pos])) {
+			c.pos++
+		}
+		tok := c.src[start:c.pos]
+		if !json.Valid(tok) {
+			return 0, fmt.Errorf("%w: bad value %q at offset %d", errSyntax, tok, start)
+		}
+		c.nodes = append(c.nodes, jnode{kind: 's', raw: tok})
+		return idx, nil
+	}
+}
+
+// str scans a JSON string and returns it with its quotes.
+func (c *converter) str() ([]byte, error) {
+	start := c.pos
+	if c.pos >= len(c.src) || c.src[c.pos] != '"' {
+		return nil, fmt.Errorf("%w: expected a string at offset %d", errSyntax, c.pos)
+	}
+	for c.pos++; c.pos < len(c.src); c.pos++ {
+		switch c.src[c.pos] {
+		case '\\':
+			c.pos++
+		case '"':
+			c.pos++
+			return c.src[start:c.pos], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: unterminated string at offset %d", errSyntax, start)
+}
+
+func indent(dst []byte, n int) []byte {
+	for range n {
+		dst = append(dst, ' ')
+	}
+	return dst
+}
+
+// emitMembers writes a non-empty object's members, one per line.
+func (c *converter) emitMembers(dst []byte, obj int32, ind int) []byte {
+	n := c.nodes[obj]
+	for i, k := range c.kids[n.first : n.first+n.n] {
+		if i > 0 {
+			dst = indent(dst, ind)
+		}
+		dst = c.emitString(dst, c.nodes[k].key, -1)
+		dst = append(dst, ':')
+		dst = c.emitValue(dst, k, ind, false)
+	}
+	return dst
+}
+
+// emitItems writes a non-empty array's items, one per "- " line.
+func (c *converter) emitItems(dst []byte, arr int32, ind int) []byte {
+	n := c.nodes[arr]
+	for i, k := range c.kids[n.first : n.first+n.n] {
+		if i > 0 {
+			dst = indent(dst, ind)
+		}
+		dst = append(dst, '-')
+		dst = c.emitValue(dst, k, ind, true)
+	}
+	return dst
+}
+
+// emitValue writes what follows "key:" or "-". In a list item, a nested
+// object starts on the same line and a nested list is indented below.
+func (c *converter) emitValue(dst []byte, v int32, ind int, item bool) []byte {
+	n := &c.nodes[v]
+	switch {
+	case n.kind == '{' && n.n > 0:
+		if item {
+			dst = append(dst, ' ')
+			return c.emitMembers(dst, v, ind+2)
+		}
+		dst = append(dst, '\n')
+		dst = indent(dst, ind+2)
+		return c.emitMembers(dst, v, ind+2)
+	case n.kind == '[' && n.n > 0:
+		dst = append(dst, '\n')
+		if item {
+			dst = indent(dst, ind+2)
+			return c.emitItems(dst, v, ind+2)
+		}
+		dst = indent(dst, ind)
+		return c.emitItems(dst, v, ind)
+	}
+	dst = append(dst, ' ')
+	dst = c.emitInline(dst, v, ind+2)
+	return append(dst, '\n')
+}
+
+// emitInline writes a scalar or an empty collection; ind is the indent of
+// a literal block's lines.
+func (c *converter) emitInline(dst []byte, v int32, ind int) []byte {
+	n := &c.nodes[v]
+	switch n.kind {
+	case '{':
+		return append(dst, "{}"...)
+	case '[':
+		return append(dst, "[]"...)
+	case '"':
+		return c.emitString(dst, n.raw[1:len(n.raw)-1], ind)
+	}
+	return append(dst, n.raw...)
+}
+
+// emitString writes a string given as the inside of a JSON string: plain
+// when that reads back as the same string, as a literal block when it has
+// several lines (ind >= 0 allows that), else JSON-quoted.
+func (c *converter) emitString(dst, inner []byte, ind int) []byte {
+	s := inner
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		decoded, ok := unescape(inner)
+		if !ok {
+			return append(append(append(dst, '"'), inner...), '"')
+		}
+		s = decoded
+		if ind >= 0 && literalOK(s) {
+			return literal(dst, s, ind)
+		}
+	}
+	if plainOK(s) {
+		return append(dst, s...)
+	}
+	return append(append(append(dst, '"'), inner...), '"')
+}
+
+// unescape decodes the inside of a JSON string; ok is false for escapes
+// it leaves to the quoted form (\u, which may be a surrogate pair).
+func unescape(inner []byte) (out []byte, ok bool) {
+	out = make([]byte, 0, len(inner))
+	for i := 0; i < len(inner); i++ {
+		b := inner[i]
+		if b != '\\' {
+			out = append(out, b)
+			continue
+		}
+		if i++; i == len(inner) {
+			return nil, false
+		}
+		switch inner[i] {
+		case 'n':
+			out = append(out, '\n')
+		case 't':
+			out = append(out, '\t')
+		case '"', '\\', '/':
+			out = append(out, inner[i])
+		default:
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// literalOK tells whether a multi-line string can be a literal block.
+func literalOK(s []byte) bool {
+	if bytes.IndexByte(s, '\n') < 0 || len(s) == 0 || s[0] == ' ' || s[0] == '\n' {
+		return false
+	}
+	for _, b := range s {
+		if (b < ' ' && b != '\n' && b != '\t') || b == 0x7f {
+			return false
+		}
+	}
+	// Trailing blank lines would need the keep indicator; quote instead.
+	return !bytes.HasSuffix(s, []byte("\n\n"))
+}
+
+func literal(dst, s []byte, ind int) []byte {
+	dst = append(dst, '|')
+	if s[len(s)-1] != '\n' {
+		dst = append(dst, '-')
+	} else {
+		s = s[:len(s)-1]
+	}
+	for line := range bytes.SplitSeq(s, []byte("\n")) {
+		dst = append(dst, '\n')
+		if len(line) > 0 {
+			dst = indent(dst, ind)
+			dst = append(dst, line...)
+		}
+	}
+	return dst
+}
+
+// plainOK tells whether s can be written without quotes and read back as
+// the same string by YAML 1.1 and 1.2 readers alike.
+func plainOK(s []byte) bool {
+	if len(s) == 0 || s[0] == ' ' || s[len(s)-1] == ' ' || s[len(s)-1] == ':' {
+		return false
+	}
+	first := s[0]
+	digit := first >= '0' && first <= '9'
+	if !(digit || first == '/' || first == '_' || (first|0x20 >= 'a' && first|0x20 <= 'z')) {
+		return false
+	}
+	for i, b := range s {
+		switch {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9':
+		case b == '-' || b == '_' || b == '.' || b == '/' || b == '=' || b == '+' || b == '@' || b == ',':
+		case b == ':' && s[i+1] != ' ':
+		case b == ' ' && s[i+1] != '#' && s[i-1] != ':':
+		default:
+			return false
+		}
+	}
+	if digit {
+		return quantityLike(s)
+	}
+	switch strings.ToLower(string(s)) {
+	case "y", "yes", "n", "no", "true", "false", "on", "off", "null":
+		return false
+	}
+	return true
+}
+
+// quantityLike accepts digits followed by a unit ("40Gi", "500m"); any
+// other string that starts with a digit might read as a number or a date.
+func quantityLike(s []byte) bool {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	switch string(s[i:]) {
+	case "m", "k", "M", "G", "T", "P", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei":
+		return true
+	}
+	return false
+}

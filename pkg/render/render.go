@@ -1,0 +1,564 @@
+// Package render turns a VirtualMachine into the Kubernetes objects that run
+// it. It is pure: no client, no clock, no randomness, so the same input
+// always gives byte-identical output. The plugin (kubectl vm render, the KRM
+// function) and the operator both call it; nothing else builds these objects.
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+// Labels and annotations on what is rendered.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelComponent = "app.kubernetes.io/component"
+
+	NameRunner      = "vm-runner"
+	ManagedBy       = "vm-operator"
+	ComponentRunner = "vm-runner"
+	// ComponentDisplaySecret marks the Secret that holds a VM's display
+	// password (VM-Operator's convention).
+	ComponentDisplaySecret = "display-secret"
+
+	// AnnotationHash carries a hash of what the objects are rendered from
+	// (the VM's spec, name and namespace, the Options and Version), so that
+	// a caller can skip a write when the object in the cluster has the same.
+	AnnotationHash = v1.Group + "/render-hash"
+)
+
+// Version names the rendering rules. It is part of every hash, so it must
+// change whenever the output for the same input changes; the golden tests
+// fail until it does.
+const Version = "1"
+
+// Names of containers, volumes and ports in the pod.
+const (
+	ContainerRunner       = "runner"
+	VolumeConfig          = "config"
+	VolumeRunnerData      = "runner-data"
+	VolumeImageRepository = "image-repository"
+	PortSpice             = "spice"
+	// ImageRepositoryClaim is the shared PVC with CD images, as in VM-Operator.
+	ImageRepositoryClaim = "vmop-image-repository"
+)
+
+// Pod sizing, as VM-Operator does: a VM rarely uses all its CPUs and RAM.
+const (
+	cpuOvercommit = 2
+	ramOvercommit = 1.25
+	// graceMargin is added to powerdownTimeout so that the runner can stop
+	// qemu hard after the timeout before the kubelet kills the pod.
+	graceMargin = 10
+)
+
+// Options is what the caller knows beyond the VirtualMachine itself.
+type Options struct {
+	// DisplaySecret names the VM's display Secret. Empty means the
+	// conventional "<vm>-display-secret", mounted as optional.
+	DisplaySecret string
+}
+
+// Objects are the objects one VM renders to. Secret and Service are nil
+// when the VM has no cloud-init data or no load balancer.
+type Objects struct {
+	StatefulSet *appsv1.StatefulSet
+	ConfigMap   *corev1.ConfigMap
+	Secret      *corev1.Secret
+	Service     *corev1.Service
+}
+
+// List returns the objects in a fixed order (ConfigMap and Secret before
+// the StatefulSet that mounts them).
+func (o *Objects) List() []runtime.Object {
+	out := []runtime.Object{o.ConfigMap}
+	if o.Secret != nil {
+		out = append(out, o.Secret)
+	}
+	out = append(out, o.StatefulSet)
+	if o.Service != nil {
+		out = append(out, o.Service)
+	}
+	return out
+}
+
+// InvalidError is a VirtualMachine that failed validation, with all its
+// problems.
+type InvalidError struct {
+	Name   string
+	Errors field.ErrorList
+}
+
+func (e *InvalidError) Error() string {
+	lines := make([]string, len(e.Errors))
+	for i, fe := range e.Errors {
+		lines[i] = e.Name + ": " + fe.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Render defaults and validates vm (a copy; vm is not changed) and renders
+// it. A VM that fails validation gives an *InvalidError.
+func Render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
+	defaulted, errs := v1.DefaultAndValidate(vm)
+	if len(errs) > 0 {
+		return nil, &InvalidError{Name: vm.Name, Errors: errs}
+	}
+	r := renderer{vm: defaulted, opts: opts}
+	return r.render()
+}
+
+type renderer struct {
+	vm   *v1.VirtualMachine
+	opts Options
+}
+
+func (r *renderer) render() (*Objects, error) {
+	cm, err := r.configMap()
+	if err != nil {
+		return nil, err
+	}
+	secret, err := r.cloudInitSecret()
+	if err != nil {
+		return nil, err
+	}
+	objs := &Objects{ConfigMap: cm, Secret: secret, StatefulSet: r.statefulSet(secret), Service: r.service()}
+	hash, err := r.hash()
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs.List() {
+		m := o.(metav1.Object)
+		a := m.GetAnnotations()
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[AnnotationHash] = hash
+		m.SetAnnotations(a)
+	}
+	return objs, nil
+}
+
+// Labels returns the labels that mark every object of the VM.
+func Labels(vm string) map[string]string {
+	return map[string]string{LabelName: NameRunner, LabelInstance: vm, LabelManagedBy: ManagedBy}
+}
+
+// SelectorLabels select the VM's pod. They never change, since a
+// StatefulSet's selector is immutable.
+func SelectorLabels(vm string) map[string]string {
+	return map[string]string{LabelName: NameRunner, LabelInstance: vm}
+}
+
+// CloudInitSecretName is the name of the VM's cloud-init Secret.
+func CloudInitSecretName(vm string) string { return vm + "-cloud-init" }
+
+// DisplaySecretName is the conventional name of a VM's display Secret.
+func DisplaySecretName(vm string) string { return vm + "-display-secret" }
+
+func (r *renderer) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: r.vm.Namespace, Labels: Labels(r.vm.Name)}
+}
+
+func (r *renderer) configMap() (*corev1.ConfigMap, error) {
+	data, err := toYAML(r.runnerConfig())
+	if err != nil {
+		return nil, fmt.Errorf("%s: runner config: %w", r.vm.Name, err)
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: r.meta(r.vm.Name),
+		Data:       map[string]string{runnerconfig.ConfigFile: string(data)},
+	}, nil
+}
+
+func (r *renderer) runnerConfig() *runnerconfig.File {
+	s, v := &r.vm.Spec, &r.vm.Spec.VM
+	c := runnerconfig.Config{
+		DataDir:            runnerconfig.DataDir,
+		GuestShutdownStops: s.GuestShutdownStops,
+		VM: runnerconfig.VM{
+			Name:             r.vm.Name,
+			UUID:             v.MachineUUID,
+			UseTPM:           v.UseTPM,
+			Firmware:         string(v.Firmware),
+			BootMenu:         v.BootMenu,
+			PowerdownTimeout: *v.PowerdownTimeout,
+			MaximumRAM:       v.MaximumRAM.Bytes(),
+			CurrentRAM:       v.CurrentRAM.Bytes(),
+			CPUModel:         v.CPUModel,
+			MaximumCPUs:      *v.MaximumCPUs,
+			CurrentCPUs:      *v.CurrentCPUs,
+			RTCBase:          v.RTCBase,
+			RTCClock:         v.RTCClock,
+		},
+	}
+	if t := s.RunnerTemplate; t != nil {
+		c.Template = t.Source
+		c.UpdateTemplate = *t.Update
+	}
+	if t := v.CPUTopology; t != nil {
+		c.VM.Sockets, c.VM.DiesPerSocket, c.VM.CoresPerDie, c.VM.ThreadsPerCore = t.Sockets, t.DiesPerSocket, t.CoresPerDie, t.ThreadsPerCore
+	}
+	for _, n := range v.Networks {
+		switch {
+		case n.Tap != nil:
+			c.VM.Network = append(c.VM.Network, runnerconfig.Network{Type: runnerconfig.NetworkTap, Device: n.Tap.Device, Bridge: n.Tap.Bridge, MAC: n.Tap.MAC})
+		case n.User != nil:
+			c.VM.Network = append(c.VM.Network, runnerconfig.Network{Type: runnerconfig.NetworkUser, Device: n.User.Device, Net: n.User.Net, MAC: n.User.MAC})
+		}
+	}
+	for i, d := range v.Disks {
+		switch {
+		case d.VolumeClaimTemplate != nil:
+			c.VM.Drives = append(c.VM.Drives, runnerconfig.Drive{Type: runnerconfig.DriveRaw, Bootindex: d.Bootindex, Resource: "/dev/" + v.DiskName(i)})
+		case d.CDROM != nil:
+			c.VM.Drives = append(c.VM.Drives, runnerconfig.Drive{Type: runnerconfig.DriveCDROM, Bootindex: d.Bootindex, File: CDROMFile(d.CDROM.Image)})
+		}
+	}
+	if d := v.Display; d != nil {
+		c.VM.Display = &runnerconfig.Display{Outputs: *d.Outputs, LoggedInUser: d.LoggedInUser}
+		if sp := d.Spice; sp != nil {
+			c.VM.Display.Spice = &runnerconfig.Spice{Port: *sp.Port, UsbRedirects: *sp.UsbRedirects, StreamingVideo: sp.StreamingVideo}
+		}
+	}
+	return &runnerconfig.File{Runner: c}
+}
+
+// CDROMFile is the runner's file for a CD image: empty and URLs stay as
+// they are, a relative path is in the image repository volume.
+func CDROMFile(image string) string {
+	if image == "" || strings.Contains(image, "://") || path.IsAbs(image) {
+		return image
+	}
+	return path.Join(runnerconfig.ImageRepositoryDir, image)
+}
+
+// cloudInitFiles are the NoCloud files, in the order they are projected.
+var cloudInitFiles = []string{"meta-data", "user-data", "network-config"}
+
+// cloudInitSecret holds the NoCloud documents as files. local-hostname
+// defaults to the VM's name and instance-id to a hash of the data, so that
+// the guest runs cloud-init again exactly when the data changes.
+func (r *renderer) cloudInitSecret() (*corev1.Secret, error) {
+	ci := r.vm.Spec.CloudInit
+	if ci == nil || (ci.MetaData.IsNull() && ci.UserData.IsNull() && ci.NetworkConfig.IsNull()) {
+		return nil, nil
+	}
+	meta, _ := ci.MetaData.Map()
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	if _, ok := meta["local-hostname"]; !ok {
+		meta["local-hostname"] = r.vm.Name
+	}
+	data := map[string][]byte{}
+	var err error
+	if !ci.UserData.IsNull() {
+		if data["user-data"], err = UserData(ci.UserData.Raw); err != nil {
+			return nil, fmt.Errorf("%s: spec.cloudInit.userData: %w", r.vm.Name, err)
+		}
+	}
+	if !ci.NetworkConfig.IsNull() {
+		if data["network-config"], err = manifest.JSONToYAML(nil, ci.NetworkConfig.Raw); err != nil {
+			return nil, fmt.Errorf("%s: spec.cloudInit.networkConfig: %w", r.vm.Name, err)
+		}
+	}
+	if _, ok := meta["instance-id"]; !ok {
+		sum := sha256.New()
+		for _, k := range []string{"user-data", "network-config"} {
+			sum.Write(data[k])
+		}
+		metaJSON, _ := json.Marshal(meta)
+		sum.Write(metaJSON)
+		meta["instance-id"] = "iid-" + hex.EncodeToString(sum.Sum(nil))[:16]
+	}
+	if data["meta-data"], err = toYAML(meta); err != nil {
+		return nil, fmt.Errorf("%s: spec.cloudInit.metaData: %w", r.vm.Name, err)
+	}
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: r.meta(CloudInitSecretName(r.vm.Name)),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       data,
+	}, nil
+}
+
+// UserData is the user-data file for a userData value: an object becomes
+// a #cloud-config document, a string is used as written.
+func UserData(raw []byte) ([]byte, error) {
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, err
+		}
+		return []byte(s), nil
+	}
+	body, err := manifest.JSONToYAML(nil, raw)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("#cloud-config\n"), body...), nil
+}
+
+func (r *renderer) statefulSet(cloudInit *corev1.Secret) *appsv1.StatefulSet {
+	vm, v := r.vm, &r.vm.Spec.VM
+	replicas := int32(0)
+	if v.State == v1.StateRunning {
+		replicas = 1
+	}
+	podLabels := Labels(vm.Name)
+	podLabels[LabelComponent] = ComponentRunner
+	pod := corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To(*v.PowerdownTimeout + graceMargin),
+		EnableServiceLinks:            ptr.To(false),
+		NodeName:                      vm.Spec.NodeName,
+		NodeSelector:                  vm.Spec.NodeSelector,
+		Affinity:                      vm.Spec.Affinity,
+		Containers:                    []corev1.Container{r.container()},
+		Volumes:                       r.volumes(cloudInit),
+	}
+	for _, n := range v.Networks {
+		if n.Tap != nil {
+			// A tap device joins a bridge of the host.
+			pod.HostNetwork = true
+			pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+		}
+	}
+	return &appsv1.StatefulSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+		ObjectMeta: r.meta(vm.Name),
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    &replicas,
+			ServiceName: vm.Name,
+			Selector:    &metav1.LabelSelector{MatchLabels: SelectorLabels(vm.Name)},
+			// A template change must never restart a running VM.
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
+			// Disks outlive the VM.
+			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec:       pod,
+			},
+			VolumeClaimTemplates: r.volumeClaimTemplates(),
+		},
+	}
+}
+
+func (r *renderer) container() corev1.Container {
+	s, v := &r.vm.Spec, &r.vm.Spec.VM
+	c := corev1.Container{
+		Name:            ContainerRunner,
+		Image:           image(s.Image),
+		ImagePullPolicy: s.Image.PullPolicy,
+		// qemu needs /dev/kvm, tap devices and the raw disks.
+		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: VolumeConfig, MountPath: runnerconfig.ConfigDir, ReadOnly: true},
+			{Name: VolumeRunnerData, MountPath: runnerconfig.DataDir},
+		},
+	}
+	if hasCDROM(v) {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeImageRepository, MountPath: runnerconfig.ImageRepositoryDir, ReadOnly: true})
+	}
+	for i, d := range v.Disks {
+		if d.VolumeClaimTemplate != nil {
+			name := v.DiskName(i)
+			c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: "/dev/" + name})
+		}
+	}
+	if d := v.Display; d != nil && d.Spice != nil {
+		c.Ports = []corev1.ContainerPort{{Name: PortSpice, ContainerPort: *d.Spice.Port, Protocol: corev1.ProtocolTCP}}
+	}
+	if s.Resources != nil {
+		c.Resources = *s.Resources
+	} else {
+		cpu := resource.NewMilliQuantity(int64(*v.CurrentCPUs)*1000/cpuOvercommit, resource.DecimalSI)
+		mem := resource.NewQuantity(int64(float64(v.CurrentRAM.Bytes())/ramOvercommit), resource.BinarySI)
+		c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem}
+	}
+	return c
+}
+
+func image(im *v1.Image) string {
+	if im.Source != "" {
+		return im.Source
+	}
+	ref := im.Path
+	if im.Repository != "" {
+		ref = im.Repository + "/" + ref
+	}
+	if im.Version != "" {
+		ref += ":" + im.Version
+	}
+	return ref
+}
+
+func hasCDROM(v *v1.VMSpec) bool {
+	for _, d := range v.Disks {
+		if d.CDROM != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// volumes: the config directory is one projected volume of the runner's
+// ConfigMap, the display Secret (optional: a VM may have none) and the
+// cloud-init Secret, so that the runner watches a single directory.
+func (r *renderer) volumes(cloudInit *corev1.Secret) []corev1.Volume {
+	vm := r.vm
+	display := r.opts.DisplaySecret
+	if display == "" {
+		display = DisplaySecretName(vm.Name)
+	}
+	sources := []corev1.VolumeProjection{
+		{ConfigMap: &corev1.ConfigMapProjection{
+			LocalObjectReference: corev1.LocalObjectReference{Name: vm.Name},
+			Items:                []corev1.KeyToPath{{Key: runnerconfig.ConfigFile, Path: runnerconfig.ConfigFile}},
+		}},
+		{Secret: &corev1.SecretProjection{
+			LocalObjectReference: corev1.LocalObjectReference{Name: display},
+			Items: []corev1.KeyToPath{
+				{Key: runnerconfig.DisplayPasswordFile, Path: runnerconfig.DisplayPasswordFile},
+				{Key: runnerconfig.PasswordExpiryFile, Path: runnerconfig.PasswordExpiryFile},
+			},
+			Optional: ptr.To(true),
+		}},
+	}
+	if cloudInit != nil {
+		p := &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: cloudInit.Name}}
+		for _, k := range cloudInitFiles {
+			if _, ok := cloudInit.Data[k]; ok {
+				p.Items = append(p.Items, corev1.KeyToPath{Key: k, Path: runnerconfig.CloudInitDir + "/" + k})
+			}
+		}
+		sources = append(sources, corev1.VolumeProjection{Secret: p})
+	}
+	vols := []corev1.Volume{{Name: VolumeConfig, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{Sources: sources},
+	}}}
+	if hasCDROM(&vm.Spec.VM) {
+		vols = append(vols, corev1.Volume{Name: VolumeImageRepository, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ImageRepositoryClaim, ReadOnly: true},
+		}})
+	}
+	return vols
+}
+
+// volumeClaimTemplates: the runner's data (firmware variables, TPM state,
+// machine uuid) and one per disk. The StatefulSet controller names the
+// PVCs "<template>-<vm>-0" and never deletes them.
+func (r *renderer) volumeClaimTemplates() []corev1.PersistentVolumeClaim {
+	vm, v := r.vm, &r.vm.Spec.VM
+	pvcs := []corev1.PersistentVolumeClaim{{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{Name: VolumeRunnerData, Labels: Labels(vm.Name)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			VolumeMode:  ptr.To(corev1.PersistentVolumeFilesystem),
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: resource.MustParse("1Mi"),
+			}},
+		},
+	}}
+	for i, d := range v.Disks {
+		t := d.VolumeClaimTemplate
+		if t == nil {
+			continue
+		}
+		labels := Labels(vm.Name)
+		for k, val := range t.Metadata.Labels {
+			labels[k] = val
+		}
+		pvcs = append(pvcs, corev1.PersistentVolumeClaim{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+			ObjectMeta: metav1.ObjectMeta{Name: v.DiskName(i), Labels: labels, Annotations: t.Metadata.Annotations},
+			Spec:       *t.Spec.DeepCopy(),
+		})
+	}
+	return pvcs
+}
+
+// service exposes the SPICE port. Labels and annotations of the manifest
+// are merged over the VM's labels; a null value removes a key.
+func (r *renderer) service() *corev1.Service {
+	vm, lb := r.vm, r.vm.Spec.LoadBalancerService
+	d := vm.Spec.VM.Display
+	if lb == nil || d == nil || d.Spice == nil {
+		return nil
+	}
+	meta := r.meta(vm.Name)
+	merge(meta.Labels, lb.Labels)
+	if len(lb.Annotations) > 0 {
+		meta.Annotations = map[string]string{}
+		merge(meta.Annotations, lb.Annotations)
+	}
+	port := *d.Spice.Port
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: meta,
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: SelectorLabels(vm.Name),
+			Ports: []corev1.ServicePort{{
+				Name: PortSpice, Port: port, Protocol: corev1.ProtocolTCP,
+				TargetPort: intstr.FromString(PortSpice),
+			}},
+		},
+	}
+}
+
+func merge(dst map[string]string, src map[string]*string) {
+	for k, v := range src {
+		if v == nil {
+			delete(dst, k)
+		} else {
+			dst[k] = *v
+		}
+	}
+}
+
+func toYAML(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return manifest.JSONToYAML(nil, b)
+}
+
+// hash is the hash of everything the objects are rendered from.
+func (r *renderer) hash() (string, error) {
+	b, err := json.Marshal(struct {
+		Version, Name, Namespace string
+		Options                  Options
+		Spec                     *v1.VirtualMachineSpec
+	}{Version, r.vm.Name, r.vm.Namespace, r.opts, &r.vm.Spec})
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", r.vm.Name, err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8]), nil
+}

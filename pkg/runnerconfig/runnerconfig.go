@@ -1,0 +1,118 @@
+// Package runnerconfig is the runner's config file: the format that
+// VM-Operator's runner reads (a top-level "/Runner" key), written by
+// pkg/render into each VM's ConfigMap and read by vm-runner. Keeping one
+// definition for both sides means they cannot drift apart.
+//
+// In a pod, cloud-init data is not in this file (it holds passwords and
+// keys, and the file is a ConfigMap): it is projected from the VM's
+// cloud-init Secret into the directory CloudInitDir next to the file.
+package runnerconfig
+
+// Paths inside the runner's pod.
+const (
+	ConfigDir    = "/etc/opt/vmrunner"
+	ConfigFile   = "config.yaml"
+	CloudInitDir = "cloud-init"
+	DataDir      = "/var/local/vm-data"
+	// ImageRepositoryDir holds CD images named by a relative path.
+	ImageRepositoryDir = "/var/local/vmop-image-repository"
+	// DisplayPasswordFile and PasswordExpiryFile come from the display
+	// Secret's keys of the same names.
+	DisplayPasswordFile = "display-password"
+	PasswordExpiryFile  = "password-expiry"
+)
+
+// File is the whole config file.
+type File struct {
+	Runner Config `json:"/Runner"`
+}
+
+// Config is what the "/Runner" key holds.
+type Config struct {
+	Template           string     `json:"template,omitempty"`
+	UpdateTemplate     bool       `json:"updateTemplate,omitempty"`
+	DataDir            string     `json:"dataDir,omitempty"`
+	RuntimeDir         string     `json:"runtimeDir,omitempty"`
+	GuestShutdownStops bool       `json:"guestShutdownStops,omitempty"`
+	CloudInit          *CloudInit `json:"cloudInit,omitempty"`
+	// ResetCounter: each increase resets the guest.
+	ResetCounter int64 `json:"resetCounter,omitempty"`
+	VM           VM    `json:"vm"`
+}
+
+// CloudInit is NoCloud data given inline (stand-alone use).
+type CloudInit struct {
+	MetaData      map[string]any `json:"metaData,omitempty"`
+	UserData      any            `json:"userData,omitempty"`
+	NetworkConfig map[string]any `json:"networkConfig,omitempty"`
+}
+
+// VM describes the machine. Sizes of RAM are bytes.
+type VM struct {
+	Name             string    `json:"name"`
+	UUID             string    `json:"uuid,omitempty"`
+	UseTPM           bool      `json:"useTpm,omitempty"`
+	Firmware         string    `json:"firmware,omitempty"`
+	BootMenu         bool      `json:"bootMenu,omitempty"`
+	PowerdownTimeout int64     `json:"powerdownTimeout"`
+	MaximumRAM       int64     `json:"maximumRam,omitempty"`
+	CurrentRAM       int64     `json:"currentRam,omitempty"`
+	CPUModel         string    `json:"cpuModel,omitempty"`
+	MaximumCPUs      int32     `json:"maximumCpus,omitempty"`
+	CurrentCPUs      int32     `json:"currentCpus,omitempty"`
+	Sockets          int32     `json:"sockets,omitempty"`
+	DiesPerSocket    int32     `json:"diesPerSocket,omitempty"`
+	CoresPerDie      int32     `json:"coresPerDie,omitempty"`
+	ThreadsPerCore   int32     `json:"threadsPerCore,omitempty"`
+	Accelerator      string    `json:"accelerator,omitempty"`
+	RTCBase          string    `json:"rtcBase,omitempty"`
+	RTCClock         string    `json:"rtcClock,omitempty"`
+	Network          []Network `json:"network,omitempty"`
+	Drives           []Drive   `json:"drives,omitempty"`
+	Display          *Display  `json:"display,omitempty"`
+}
+
+// Network types.
+const (
+	NetworkTap  = "tap"
+	NetworkUser = "user"
+)
+
+// Network is one NIC.
+type Network struct {
+	Type   string `json:"type"`
+	Device string `json:"device,omitempty"`
+	Bridge string `json:"bridge,omitempty"`
+	Net    string `json:"net,omitempty"`
+	MAC    string `json:"mac,omitempty"`
+}
+
+// Drive types.
+const (
+	DriveCDROM = "ide-cd"
+	DriveRaw   = "raw"
+)
+
+// Drive is a disk or CD drive. Resource is a block device or file; File
+// is a CD image path or URL, absent for an empty drive.
+type Drive struct {
+	Type      string `json:"type"`
+	Bootindex *int32 `json:"bootindex,omitempty"`
+	Resource  string `json:"resource,omitempty"`
+	Device    string `json:"device,omitempty"`
+	File      string `json:"file,omitempty"`
+}
+
+// Display holds the graphical outputs.
+type Display struct {
+	Outputs      int32  `json:"outputs,omitempty"`
+	LoggedInUser string `json:"loggedInUser,omitempty"`
+	Spice        *Spice `json:"spice,omitempty"`
+}
+
+// Spice is the SPICE server.
+type Spice struct {
+	Port           int32  `json:"port"`
+	UsbRedirects   int32  `json:"usbRedirects"`
+	StreamingVideo string `json:"streamingVideo,omitempty"`
+}
