@@ -15,6 +15,9 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version \
 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 
 mkdir -p "$cache"
+# Test binaries of several packages may call this at once: build once.
+exec 9>"$cache/.lock"
+flock 9
 for b in "${bins[@]}"; do
 	if [ ! -x "$cache/$b" ]; then
 		echo "building $b $version into $cache (first run only)" >&2

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 )
 
 // JSONToYAML converts one JSON value to block-style YAML with sorted keys,
@@ -170,10 +172,12 @@ func (c *converter) str() ([]byte, error) {
 		return nil, fmt.Errorf("%w: expected a string at offset %d", errSyntax, c.pos)
 	}
 	for c.pos++; c.pos < len(c.src); c.pos++ {
-		switch c.src[c.pos] {
-		case '\\':
+		switch b := c.src[c.pos]; {
+		case b < ' ':
+			return nil, fmt.Errorf("%w: control character in a string at offset %d", errSyntax, c.pos)
+		case b == '\\':
 			c.pos++
-		case '"':
+		case b == '"':
 			c.pos++
 			return c.src[start:c.pos], nil
 		}
@@ -265,7 +269,11 @@ func (c *converter) emitString(dst, inner []byte, ind int) []byte {
 	if bytes.IndexByte(inner, '\\') >= 0 {
 		decoded, ok := unescape(inner)
 		if !ok {
-			return append(append(append(dst, '"'), inner...), '"')
+			var full string
+			if err := json.Unmarshal(append(append([]byte{'"'}, inner...), '"'), &full); err != nil {
+				return append(append(append(dst, '"'), inner...), '"') // cannot happen: the parser checked it
+			}
+			return quote(dst, full)
 		}
 		s = decoded
 		if ind >= 0 && literalOK(s) {
@@ -275,7 +283,32 @@ func (c *converter) emitString(dst, inner []byte, ind int) []byte {
 	if plainOK(s) {
 		return append(dst, s...)
 	}
-	return append(append(append(dst, '"'), inner...), '"')
+	return quote(dst, string(s))
+}
+
+// quote writes s as a YAML double-quoted string; unlike JSON's, YAML's
+// escapes have no \/, and non-printable characters must be escaped.
+func quote(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			dst = append(dst, '\\', byte(r))
+		case r == '\n':
+			dst = append(dst, '\\', 'n')
+		case r == '\t':
+			dst = append(dst, '\\', 't')
+		case r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == 0x2028 || r == 0x2029 || r == 0xfeff || r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ':
+			if r > 0xffff {
+				dst = fmt.Appendf(dst, "\\U%08x", r)
+			} else {
+				dst = fmt.Appendf(dst, "\\u%04x", r)
+			}
+		default:
+			dst = utf8.AppendRune(dst, r)
+		}
+	}
+	return append(dst, '"')
 }
 
 // unescape decodes the inside of a JSON string; ok is false for escapes

@@ -180,7 +180,7 @@ func (r *renderer) meta(name string) metav1.ObjectMeta {
 }
 
 func (r *renderer) configMap() (*corev1.ConfigMap, error) {
-	data, err := toYAML(r.runnerConfig())
+	data, err := manifest.ObjectToYAML(r.runnerConfig())
 	if err != nil {
 		return nil, fmt.Errorf("%s: runner config: %w", r.vm.Name, err)
 	}
@@ -292,7 +292,7 @@ func (r *renderer) cloudInitSecret() (*corev1.Secret, error) {
 		sum.Write(metaJSON)
 		meta["instance-id"] = "iid-" + hex.EncodeToString(sum.Sum(nil))[:16]
 	}
-	if data["meta-data"], err = toYAML(meta); err != nil {
+	if data["meta-data"], err = manifest.ObjectToYAML(meta); err != nil {
 		return nil, fmt.Errorf("%s: spec.cloudInit.metaData: %w", r.vm.Name, err)
 	}
 	return &corev1.Secret{
@@ -396,7 +396,8 @@ func (r *renderer) container() corev1.Container {
 		c.Resources = *s.Resources
 	} else {
 		cpu := resource.NewMilliQuantity(int64(*v.CurrentCPUs)*1000/cpuOvercommit, resource.DecimalSI)
-		mem := resource.NewQuantity(int64(float64(v.CurrentRAM.Bytes())/ramOvercommit), resource.BinarySI)
+		// Whole MiB read better than a byte count.
+		mem := resource.NewQuantity(int64(float64(v.CurrentRAM.Bytes())/ramOvercommit)>>20<<20, resource.BinarySI)
 		c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem}
 	}
 	return c
@@ -539,14 +540,6 @@ func merge(dst map[string]string, src map[string]*string) {
 			dst[k] = *v
 		}
 	}
-}
-
-func toYAML(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return manifest.JSONToYAML(nil, b)
 }
 
 // hash is the hash of everything the objects are rendered from.

@@ -53,7 +53,7 @@ func (v *VMSpec) Default() {
 	if v.MaximumCPUs == nil {
 		// Like VM-Operator's runner: the maximum follows the topology or
 		// an explicit current count rather than refusing the manifest.
-		n := max(v.CPUTopology.product(), 1)
+		n := int32(min(max(v.CPUTopology.product(), 1), MaxCPUs+1)) // validation reports too many
 		if v.CurrentCPUs != nil {
 			n = max(n, *v.CurrentCPUs)
 		}
@@ -120,14 +120,15 @@ func (v *VMSpec) Default() {
 }
 
 // product is the number of CPUs the topology describes, 0 without one.
-func (t *CPUTopology) product() int32 {
+// It is int64: four int32 factors overflow int32.
+func (t *CPUTopology) product() int64 {
 	if t == nil {
 		return 0
 	}
-	n := int32(1)
+	n := int64(1)
 	for _, f := range []int32{t.Sockets, t.DiesPerSocket, t.CoresPerDie, t.ThreadsPerCore} {
 		if f > 0 {
-			n *= f
+			n *= int64(f)
 		}
 	}
 	return n

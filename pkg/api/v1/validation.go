@@ -202,7 +202,7 @@ func (v *VMSpec) validateCPUs(p *field.Path) field.ErrorList {
 		if len(errs) == 0 {
 			// qemu derives the parts left out; the given ones must fit.
 			full := t.Sockets > 0 && t.CoresPerDie > 0 && t.ThreadsPerCore > 0
-			if n := t.product(); (full && n != maxCPUs) || (!full && maxCPUs%n != 0) {
+			if n := t.product(); (full && n != int64(maxCPUs)) || (!full && int64(maxCPUs)%n != 0) {
 				errs = append(errs, field.Invalid(tp, n, fmt.Sprintf("the topology's %d CPUs do not fit maximumCpus (%d)", n, maxCPUs)))
 			}
 		}

@@ -1,0 +1,43 @@
+# vmop: make build | test | bench | fuzz | generate | example
+GO        ?= go
+BIN       := bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS   := -X github.com/vmop/vmop/pkg/version.Version=$(VERSION)
+FUZZTIME  ?= 30s
+
+.PHONY: all build test deps bench fuzz generate example vet
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+## Render the bundled example: no cluster needed.
+example:
+	$(GO) run ./cmd/kubectl-vm render -f examples/local-path-test-vm.yaml
+
+## Every test, after installing what they need (etcd, kube-apiserver).
+test: deps vet
+	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh) $(GO) test -count=1 ./...
+
+deps:
+	hack/install-deps.sh
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+## Benchmarks on one core, as a table.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./pkg/... | hack/bench-table.sh
+
+## Each fuzz target for FUZZTIME.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzRender -fuzztime $(FUZZTIME) ./pkg/render
+	$(GO) test -run '^$$' -fuzz FuzzYAMLToJSON -fuzztime $(FUZZTIME) ./pkg/manifest
+	$(GO) test -run '^$$' -fuzz FuzzJSONToYAML -fuzztime $(FUZZTIME) ./pkg/manifest
+
+## Regenerate deep-copy functions after changing pkg/api/v1 types.
+generate:
+	cd hack/tools && $(GO) build -o ../../$(BIN)/deepcopy-gen k8s.io/code-generator/cmd/deepcopy-gen
+	$(BIN)/deepcopy-gen --go-header-file /dev/null --output-file zz_generated.deepcopy.go ./pkg/api/v1

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine: etcd from Debian,
+# and kube-apiserver built from the module proxy (cached after the first
+# run). Safe to run again: it skips what is already there.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+packages=(etcd-server)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo="sudo"
+	echo "installing ${missing[*]}" >&2
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# etcd-server starts a system etcd on 2379; the tests run their own.
+if command -v systemctl >/dev/null && systemctl is-active -q etcd 2>/dev/null; then
+	systemctl stop etcd || true
+fi
+
+"$here/build-control-plane.sh" >/dev/null

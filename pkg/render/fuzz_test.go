@@ -1,0 +1,69 @@
+package render
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/vmop/vmop/pkg/manifest"
+	"sigs.k8s.io/yaml"
+)
+
+// FuzzRender feeds arbitrary documents to the reader, decoder, validator
+// and renderer: none may panic, a bad input is reported as problems, and a
+// good one renders to YAML that parses again.
+func FuzzRender(f *testing.F) {
+	files, _ := filepath.Glob("../../examples/*.yaml")
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, s := range []string{
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec: {vm: {maximumRam: 4Gx, currentCpus: 9, maximumCpus: 2}}\n",
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec: {vm: {cpuTopology: {sockets: 2147483647, coresPerDie: 2147483647}}}\n",
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec: {vm: {disks: [{}, {cdrom: {image: x}, volumeClaimTemplate: {}}]}}\n",
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec: {cloudInit: {userData: 5, metaData: [], networkConfig: null}, vm: {}}\n",
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nspec: null\n---\n- a\n---\n: :\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var out bytes.Buffer
+		w, err := manifest.NewWriter(&out, manifest.FormatYAML)
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems, err := Stream(bytes.NewReader(in), "fuzz", w, StreamOptions{})
+		if err != nil {
+			return // a reader error ends the stream; it is reported, not a panic
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			if p.Message == "" {
+				t.Fatalf("a problem without a message: %+v", p)
+			}
+		}
+		if len(problems) > 0 {
+			return
+		}
+		r := manifest.NewReader(&out)
+		for {
+			d, err := r.Next()
+			if d == nil {
+				break
+			}
+			if err != nil {
+				t.Fatalf("the output does not parse: %v\n%s", err, d.Raw)
+			}
+			if _, err := yaml.YAMLToJSON(d.Raw); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
