@@ -180,10 +180,13 @@ func (v *VMSpec) validate(p *field.Path) field.ErrorList {
 func (v *VMSpec) validateCPUs(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	maxCPUs, cur := *v.MaximumCPUs, *v.CurrentCPUs
-	if maxCPUs < 1 || maxCPUs > MaxCPUs {
+	maxOK := maxCPUs >= 1 && maxCPUs <= MaxCPUs
+	if !maxOK {
 		errs = append(errs, field.Invalid(p.Child("maximumCpus"), maxCPUs, fmt.Sprintf("must be between 1 and %d", MaxCPUs)))
 	}
 	switch {
+	case !maxOK && cur == maxCPUs:
+		// currentCpus took the bad default; one error is enough.
 	case cur < 1:
 		errs = append(errs, field.Invalid(p.Child("currentCpus"), cur, "must be at least 1"))
 	case cur > maxCPUs:
@@ -226,6 +229,9 @@ func (v *VMSpec) validateRAM(p *field.Path) field.ErrorList {
 		return n
 	}
 	maxRAM := size("maximumRam", v.MaximumRAM)
+	if maxRAM < 0 && v.CurrentRAM == v.MaximumRAM {
+		return errs // currentRam took the bad default; one error is enough
+	}
 	cur := size("currentRam", v.CurrentRAM)
 	if maxRAM > 0 && cur > maxRAM {
 		errs = append(errs, field.Invalid(p.Child("currentRam"), string(v.CurrentRAM), fmt.Sprintf("must not exceed maximumRam (%s)", v.MaximumRAM)))
