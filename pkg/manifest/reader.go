@@ -50,6 +50,10 @@ func (r *Reader) Next() (*Document, error) {
 		if isEmpty(raw) {
 			continue
 		}
+		// After an empty document, the reader keeps the separator line.
+		for bytes.HasPrefix(raw, []byte("---")) {
+			_, raw, _ = bytes.Cut(raw, []byte("\n"))
+		}
 		d := &Document{Index: r.index, Raw: raw}
 		if d.JSON, err = yaml.YAMLToJSON(raw); err != nil {
 			return d, fmt.Errorf("document %d: %w", d.Index, err)

@@ -268,7 +268,14 @@ var invalidVMs = []struct {
 	{"network with tap and user", `vm: {networks: [{tap: {}, user: {}}]}`, `"spec.vm.networks[0]" must validate one and only one schema (oneOf). Found 2 valid alternatives`},
 	{"spice port out of range", `vm: {display: {spice: {port: 70000}}}`, `spec.vm.display.spice.port: Invalid value: 70000: spec.vm.display.spice.port in body should be less than or equal to 65535`},
 	{"missing spec.vm", `vm: null`, `spec.vm: Required value`},
+	{"bad MAC", `vm: {networks: [{tap: {mac: "52:54:00:12:34"}}]}`, `spec.vm.networks[0].tap.mac: Invalid value: "52:54:00:12:34"`},
 	{"image source and repository", `image: {source: a/b:c, repository: a}`, `"spec.image" must validate one and only one schema (oneOf). Found none valid`},
+}
+
+// celInvalidVMs break the schema's CEL rules, which only a server runs.
+var celInvalidVMs = []struct{ name, patch, want string }{
+	{"more current than maximum CPUs", `vm: {maximumCpus: 2, currentCpus: 3}`, `spec.vm.currentCpus: Invalid value: must not exceed maximumCpus`},
+	{"more current than maximum RAM", `vm: {maximumRam: 1Gi, currentRam: 2G}`, `spec.vm.currentRam: Invalid value: must not exceed maximumRam`},
 }
 
 func TestCRDOnAPIServer(t *testing.T) {
@@ -315,7 +322,7 @@ func TestCRDOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("invalid VMs are rejected", func(t *testing.T) {
-		for _, tc := range invalidVMs {
+		for _, tc := range append(invalidVMs, celInvalidVMs...) {
 			t.Run(tc.name, func(t *testing.T) {
 				vm := badVM(t, tc.patch)
 				_, err := vms.Create(ctx, vm, metav1.CreateOptions{})
