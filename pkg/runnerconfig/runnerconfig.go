@@ -54,9 +54,9 @@ type VM struct {
 	UseTPM           bool      `json:"useTpm,omitempty"`
 	Firmware         string    `json:"firmware,omitempty"`
 	BootMenu         bool      `json:"bootMenu,omitempty"`
-	PowerdownTimeout int64     `json:"powerdownTimeout"`
-	MaximumRAM       int64     `json:"maximumRam,omitempty"`
-	CurrentRAM       int64     `json:"currentRam,omitempty"`
+	PowerdownTimeout *int64    `json:"powerdownTimeout,omitempty"`
+	MaximumRAM       Size      `json:"maximumRam,omitempty"`
+	CurrentRAM       Size      `json:"currentRam,omitempty"`
 	CPUModel         string    `json:"cpuModel,omitempty"`
 	MaximumCPUs      int32     `json:"maximumCpus,omitempty"`
 	CurrentCPUs      int32     `json:"currentCpus,omitempty"`

@@ -1,0 +1,231 @@
+package runnerconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/vmop/vmop/pkg/manifest"
+)
+
+// Defaults of the runner, for configs that leave fields out (configs
+// written by hand for stand-alone use; pkg/render writes every field).
+const (
+	DefaultPowerdownTimeout = 900
+	DefaultMaximumRAM       = 1 << 30
+	DefaultFirmware         = "uefi"
+	DefaultSpicePort        = 5900
+	DefaultUsbRedirects     = 2
+	DefaultNetDevice        = "virtio-net"
+	DefaultBridge           = "br0"
+	// maxCDROMs: q35's AHCI controller has six ports.
+	maxCDROMs = 6
+)
+
+// Load reads, defaults and validates a config file. The error names the
+// file and, for invalid values, every field at fault.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes, defaults and validates a config.
+func Parse(data []byte) (*Config, error) {
+	js, err := manifest.YAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	var f File
+	dec := json.NewDecoder(bytes.NewReader(js))
+	if err := dec.Decode(&f); err != nil {
+		return nil, err
+	}
+	c := &f.Runner
+	c.Default()
+	if errs := c.Validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return c, nil
+}
+
+// Size is a number of bytes, written as a number or as a string: a
+// Kubernetes quantity ("4Gi", "1G") or the "4 GiB" form of VM-Operator's
+// runner.
+type Size int64
+
+// UnmarshalJSON accepts a number or a string.
+func (s *Size) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] != '"' {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("a size must be a whole number of bytes or a string such as 4Gi: %s", b)
+		}
+		*s = Size(n)
+		return nil
+	}
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return err
+	}
+	n, err := ParseSize(str)
+	if err != nil {
+		return err
+	}
+	*s = Size(n)
+	return nil
+}
+
+// ParseSize parses "4Gi", "1G", "4 GiB", "512 MB" or a number of bytes.
+func ParseSize(s string) (int64, error) {
+	t := strings.ReplaceAll(strings.TrimSpace(s), " ", "")
+	if strings.HasSuffix(t, "iB") || (strings.HasSuffix(t, "B") && len(t) > 1 && t[len(t)-2] > '9') {
+		t = strings.TrimSuffix(t, "B")
+	}
+	if strings.HasSuffix(t, "K") { // "4 KiB" gives "4Ki"; "4 KB" gives "4K", which means kilo
+		t = strings.TrimSuffix(t, "K") + "k"
+	}
+	q, err := resource.ParseQuantity(t)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size such as 4Gi or 4 GiB", s)
+	}
+	return q.Value(), nil
+}
+
+// Default fills in what a hand-written config may leave out.
+func (c *Config) Default() {
+	v := &c.VM
+	if v.Firmware == "" {
+		v.Firmware = DefaultFirmware
+	}
+	if v.PowerdownTimeout == nil {
+		t := int64(DefaultPowerdownTimeout)
+		v.PowerdownTimeout = &t
+	}
+	if v.MaximumCPUs == 0 {
+		v.MaximumCPUs = max(1, v.topology())
+	}
+	if v.CurrentCPUs == 0 {
+		v.CurrentCPUs = v.MaximumCPUs
+	}
+	// As VM-Operator's runner does: a current count above the maximum
+	// raises the maximum.
+	v.MaximumCPUs = max(v.MaximumCPUs, v.CurrentCPUs)
+	if v.MaximumRAM == 0 {
+		v.MaximumRAM = DefaultMaximumRAM
+	}
+	if v.CurrentRAM == 0 {
+		v.CurrentRAM = v.MaximumRAM
+	}
+	if v.RTCBase == "" {
+		v.RTCBase = "utc"
+	}
+	if v.RTCClock == "" {
+		v.RTCClock = "rt"
+	}
+	for i := range v.Network {
+		n := &v.Network[i]
+		if n.Device == "" {
+			n.Device = DefaultNetDevice
+		}
+		if n.Type == NetworkTap && n.Bridge == "" {
+			n.Bridge = DefaultBridge
+		}
+	}
+	if v.Display != nil {
+		if v.Display.Outputs == 0 {
+			v.Display.Outputs = 1
+		}
+		if sp := v.Display.Spice; sp != nil && sp.Port == 0 {
+			sp.Port = DefaultSpicePort
+		}
+	}
+}
+
+func (v *VM) topology() int32 {
+	n := int64(1)
+	for _, f := range []int32{v.Sockets, v.DiesPerSocket, v.CoresPerDie, v.ThreadsPerCore} {
+		if f > 0 {
+			n *= int64(f)
+		}
+	}
+	return int32(min(n, 1<<16))
+}
+
+// Validate returns every problem of a defaulted config.
+func (c *Config) Validate() field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("/Runner", "vm")
+	v := &c.VM
+	if v.Name == "" {
+		errs = append(errs, field.Required(p.Child("name"), ""))
+	}
+	switch v.Firmware {
+	case "bios", "uefi", "uefi-4m", "secure", "secure-4m":
+	default:
+		errs = append(errs, field.NotSupported(p.Child("firmware"), v.Firmware, []string{"bios", "uefi", "uefi-4m", "secure", "secure-4m"}))
+	}
+	if *v.PowerdownTimeout < 0 {
+		errs = append(errs, field.Invalid(p.Child("powerdownTimeout"), *v.PowerdownTimeout, "must be 0 or more seconds"))
+	}
+	if v.MaximumCPUs < 1 || v.MaximumCPUs > 4096 {
+		errs = append(errs, field.Invalid(p.Child("maximumCpus"), v.MaximumCPUs, "must be between 1 and 4096"))
+	}
+	if v.CurrentCPUs < 1 {
+		errs = append(errs, field.Invalid(p.Child("currentCpus"), v.CurrentCPUs, "must be at least 1"))
+	}
+	if v.MaximumRAM < 1<<20 {
+		errs = append(errs, field.Invalid(p.Child("maximumRam"), v.MaximumRAM, "must be at least 1Mi"))
+	}
+	if v.CurrentRAM < 1<<20 || v.CurrentRAM > v.MaximumRAM {
+		errs = append(errs, field.Invalid(p.Child("currentRam"), v.CurrentRAM, "must be between 1Mi and maximumRam"))
+	}
+	for i, n := range v.Network {
+		np := p.Child("network").Index(i)
+		switch n.Type {
+		case NetworkTap, NetworkUser:
+		default:
+			errs = append(errs, field.NotSupported(np.Child("type"), n.Type, []string{NetworkTap, NetworkUser}))
+		}
+	}
+	cds := 0
+	for i, d := range v.Drives {
+		dp := p.Child("drives").Index(i)
+		switch d.Type {
+		case DriveCDROM:
+			cds++
+		case DriveRaw:
+			if d.Resource == "" && d.Device == "" && d.File == "" {
+				errs = append(errs, field.Required(dp.Child("resource"), "a raw drive needs a resource, device or file"))
+			}
+		default:
+			errs = append(errs, field.NotSupported(dp.Child("type"), d.Type, []string{DriveCDROM, DriveRaw}))
+		}
+		if d.Bootindex != nil && *d.Bootindex < 0 {
+			errs = append(errs, field.Invalid(dp.Child("bootindex"), *d.Bootindex, "must be 0 or more"))
+		}
+	}
+	if cds > maxCDROMs {
+		errs = append(errs, field.TooMany(p.Child("drives"), cds, maxCDROMs))
+	}
+	if d := v.Display; d != nil {
+		if d.Outputs < 1 || d.Outputs > 16 {
+			errs = append(errs, field.Invalid(p.Child("display", "outputs"), d.Outputs, "must be between 1 and 16"))
+		}
+		if sp := d.Spice; sp != nil && (sp.Port < 1 || sp.Port > 65535) {
+			errs = append(errs, field.Invalid(p.Child("display", "spice", "port"), sp.Port, "must be between 1 and 65535"))
+		}
+	}
+	return errs
+}
