@@ -1,0 +1,170 @@
+package runner
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/templates"
+)
+
+// Machine is what the qemu command is made from: the config plus what the
+// runner found out about the host and prepared before the start.
+type Machine struct {
+	VM         *runnerconfig.VM
+	Name, UUID string
+	Accel      string // "kvm" or "tcg"
+	CPUModel   string
+	SMP        string
+	Firmware   Firmware
+	RuntimeDir string
+
+	QMPSocket, GuestAgentSocket, VmopAgentSocket, ConsoleLog string
+	// TPMSocket is swtpm's control socket; empty without a TPM.
+	TPMSocket string
+	// CloudInitISO is the NoCloud seed; empty without cloud-init data.
+	CloudInitISO string
+	// Ticketing locks the SPICE display until a password is set.
+	Ticketing    bool
+	SpiceAddress string
+
+	Networks []Network
+	Disks    []Drive
+	CDROMs   []Drive
+}
+
+// Network is a NIC with its qemu id.
+type Network struct {
+	runnerconfig.Network
+	ID string
+}
+
+// Drive is a disk or CD drive with its qemu id; CD drives are cd0, cd1...
+// in config order, the ids that live changes address.
+type Drive struct {
+	ID        string
+	Path      string
+	IsDevice  bool
+	Bootindex *int32
+}
+
+// NewMachine derives the command's data from a config. isDevice tells
+// whether a path is a block device (a disk given as "resource").
+func NewMachine(vm *runnerconfig.VM, uuid string, kvm bool, fw Firmware, runtimeDir string, isDevice func(string) bool) *Machine {
+	m := &Machine{
+		VM:               vm,
+		Name:             vm.Name,
+		UUID:             uuid,
+		Accel:            "tcg",
+		CPUModel:         vm.CPUModel,
+		SMP:              smp(vm),
+		Firmware:         fw,
+		RuntimeDir:       runtimeDir,
+		QMPSocket:        filepath.Join(runtimeDir, "monitor.sock"),
+		GuestAgentSocket: filepath.Join(runtimeDir, "guest-agent.sock"),
+		VmopAgentSocket:  filepath.Join(runtimeDir, "vmop-agent.sock"),
+		ConsoleLog:       filepath.Join(runtimeDir, "console.log"),
+		SpiceAddress:     "0.0.0.0",
+	}
+	if kvm {
+		m.Accel = "kvm"
+	}
+	if m.CPUModel == "" {
+		// "host" needs KVM; "max" is the most TCG can emulate.
+		m.CPUModel = map[bool]string{true: "host", false: "max"}[kvm]
+	}
+	for i, n := range vm.Network {
+		m.Networks = append(m.Networks, Network{Network: n, ID: "net" + strconv.Itoa(i)})
+	}
+	for _, d := range vm.Drives {
+		switch d.Type {
+		case runnerconfig.DriveCDROM:
+			m.CDROMs = append(m.CDROMs, Drive{ID: CDROMID(len(m.CDROMs)), Path: d.File, Bootindex: d.Bootindex})
+		case runnerconfig.DriveRaw:
+			path, dev := d.File, false
+			switch {
+			case d.Device != "":
+				path, dev = d.Device, true
+			case d.Resource != "":
+				path, dev = d.Resource, isDevice(d.Resource)
+			}
+			m.Disks = append(m.Disks, Drive{ID: "disk" + strconv.Itoa(len(m.Disks)), Path: path, IsDevice: dev, Bootindex: d.Bootindex})
+		}
+	}
+	return m
+}
+
+// CDROMID is the qemu id of the i-th CD drive of a config.
+func CDROMID(i int) string { return "cd" + strconv.Itoa(i) }
+
+// smp is qemu's -smp value: the current count, the maximum, and the parts
+// of the topology that are given.
+func smp(vm *runnerconfig.VM) string {
+	s := fmt.Sprintf("%d,maxcpus=%d", vm.CurrentCPUs, vm.MaximumCPUs)
+	for _, p := range []struct {
+		name string
+		n    int32
+	}{{"sockets", vm.Sockets}, {"dies", vm.DiesPerSocket}, {"cores", vm.CoresPerDie}, {"threads", vm.ThreadsPerCore}} {
+		if p.n > 0 {
+			s += fmt.Sprintf(",%s=%d", p.name, p.n)
+		}
+	}
+	return s
+}
+
+var funcs = template.FuncMap{
+	// opt makes a value safe inside a qemu option list.
+	"opt":   func(s string) string { return strings.ReplaceAll(s, ",", ",,") },
+	"mib":   func(s runnerconfig.Size) int64 { return int64(s) >> 20 },
+	"deref": func(p *int32) int32 { return *p },
+	"seq":   func(n int32) []struct{} { return make([]struct{}, max(n, 0)) },
+}
+
+// Template is a parsed command template.
+type Template struct {
+	t      *template.Template
+	source string
+}
+
+// LoadTemplate reads the template name (the standard one when empty),
+// preferring the override directories.
+func LoadTemplate(name string, dirs ...string) (*Template, error) {
+	if name == "" {
+		name = templates.Standard
+	}
+	text, source, err := templates.Read(name, dirs...)
+	if err != nil {
+		return nil, err
+	}
+	t, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(string(text))
+	if err != nil {
+		return nil, fmt.Errorf("template %s: %w", source, err)
+	}
+	return &Template{t: t, source: source}, nil
+}
+
+// Args executes the template for a machine and splits its lines into
+// qemu's arguments.
+func (t *Template) Args(m *Machine) ([]string, error) {
+	var out bytes.Buffer
+	if err := t.t.Execute(&out, m); err != nil {
+		return nil, fmt.Errorf("template %s: %w", t.source, err)
+	}
+	var args []string
+	for line := range strings.Lines(out.String()) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		opt, value, ok := strings.Cut(line, " ")
+		args = append(args, opt)
+		if ok {
+			args = append(args, strings.TrimSpace(value))
+		}
+	}
+	return args, nil
+}

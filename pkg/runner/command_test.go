@@ -1,0 +1,89 @@
+package runner
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// exampleConfigs renders the VMs of examples/ and returns their runner
+// configs, as the pods would read them.
+func exampleConfigs(t *testing.T) map[string]*runnerconfig.Config {
+	t.Helper()
+	files, err := filepath.Glob("../../examples/*.yaml")
+	require.NoError(t, err)
+	configs := map[string]*runnerconfig.Config{}
+	for _, f := range files {
+		in, err := os.ReadFile(f)
+		require.NoError(t, err)
+		r := manifest.NewReader(bytes.NewReader(in))
+		for {
+			d, err := r.Next()
+			if d == nil {
+				break
+			}
+			require.NoError(t, err)
+			if !v1.IsVirtualMachine(d.APIVersion, d.Kind) {
+				continue
+			}
+			objs, problems, _ := render.FromJSON(d.JSON, render.StreamOptions{})
+			require.Empty(t, problems)
+			c, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[runnerconfig.ConfigFile]))
+			require.NoError(t, err)
+			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+			configs[name] = c
+		}
+	}
+	require.NotEmpty(t, configs)
+	return configs
+}
+
+// TestCommandGolden pins the qemu command of every example VM, for a host
+// with KVM and Debian's firmware.
+func TestCommandGolden(t *testing.T) {
+	tmpl, err := LoadTemplate("")
+	require.NoError(t, err)
+	for name, c := range exampleConfigs(t) {
+		t.Run(name, func(t *testing.T) {
+			fw := Firmware{}
+			if c.VM.Firmware != "bios" {
+				fw = Firmware{Code: "/usr/share/OVMF/OVMF_CODE.fd", Vars: "/var/local/vm-data/fw-vars.fd"}
+				fw.Secure = strings.HasPrefix(c.VM.Firmware, "secure")
+				fw.SMM = fw.Secure
+			}
+			m := NewMachine(&c.VM, "00000000-0000-4000-8000-000000000001", true, fw, "/run/vmrunner/"+c.VM.Name,
+				func(p string) bool { return strings.HasPrefix(p, "/dev/") })
+			if c.VM.UseTPM {
+				m.TPMSocket = "/run/vmrunner/" + c.VM.Name + "/swtpm.sock"
+			}
+			m.CloudInitISO = "/run/vmrunner/" + c.VM.Name + "/cloud-init.iso"
+			m.Ticketing = true
+			args, err := tmpl.Args(m)
+			require.NoError(t, err)
+			got := strings.Join(args, "\n") + "\n"
+			golden := filepath.Join("testdata", "command", name+".txt")
+			if *update {
+				require.NoError(t, os.MkdirAll(filepath.Dir(golden), 0o755))
+				require.NoError(t, os.WriteFile(golden, []byte(got), 0o644))
+			}
+			want, err := os.ReadFile(golden)
+			require.NoError(t, err, "run with -update to create it")
+			if d := cmp.Diff(string(want), got); d != "" {
+				t.Errorf("qemu command of %s (-want +got, -update to accept):\n%s", name, d)
+			}
+		})
+	}
+}
