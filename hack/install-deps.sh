@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs what the tests need on a fresh Debian machine: etcd from Debian,
+# Installs what the tests need on a fresh Debian machine: etcd, qemu, OVMF,
+# swtpm, ISO tools and a kernel + busybox for a test guest from Debian,
 # and kube-apiserver built from the module proxy (cached after the first
 # run). Safe to run again: it skips what is already there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-packages=(etcd-server)
+packages=(etcd-server qemu-system-x86 ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

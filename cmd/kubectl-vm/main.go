@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 
@@ -15,15 +16,18 @@ import (
 
 func main() {
 	// kustomize and kpt run exec functions without arguments, with the
-	// ResourceList on stdin; a person without arguments gets the help.
+	// ResourceList on stdin; without arguments or input, the help.
+	in := bufio.NewReader(os.Stdin)
 	if len(os.Args) == 1 && !term.IsTerminal(int(os.Stdin.Fd())) {
-		if err := render.RunFunction(os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintf(os.Stderr, "error: %v\n", err)
-			os.Exit(1)
+		if _, err := in.Peek(1); err == nil {
+			if err := render.RunFunction(in, os.Stdout); err != nil {
+				fmt.Fprintf(os.Stderr, "error: %v\n", err)
+				os.Exit(1)
+			}
+			return
 		}
-		return
 	}
-	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	streams := genericiooptions.IOStreams{In: in, Out: os.Stdout, ErrOut: os.Stderr}
 	if err := vm.NewCmd(vm.DisplayName(os.Args[0]), streams).Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		os.Exit(1)

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"strings"
 
@@ -49,7 +50,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "1"
+const Version = "2"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -490,10 +491,10 @@ func (r *renderer) volumeClaimTemplates() []corev1.PersistentVolumeClaim {
 		if t == nil {
 			continue
 		}
-		labels := Labels(vm.Name)
-		for k, val := range t.Metadata.Labels {
-			labels[k] = val
-		}
+		// The VM's labels win: they find a VM's disks.
+		labels := map[string]string{}
+		maps.Copy(labels, t.Metadata.Labels)
+		maps.Copy(labels, Labels(vm.Name))
 		pvcs = append(pvcs, corev1.PersistentVolumeClaim{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
 			ObjectMeta: metav1.ObjectMeta{Name: v.DiskName(i), Labels: labels, Annotations: t.Metadata.Annotations},

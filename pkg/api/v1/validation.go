@@ -89,6 +89,9 @@ func (vm *VirtualMachine) Warnings() []string {
 	if vm.Spec.LoggingProperties != "" {
 		w = append(w, "spec.loggingProperties configures VM-Operator's Java runner and is ignored")
 	}
+	if vm.Spec.LoadBalancerService != nil && (vm.Spec.VM.Display == nil || vm.Spec.VM.Display.Spice == nil) {
+		w = append(w, "spec.loadBalancerService is ignored: the VM has no SPICE display to expose")
+	}
 	if d := vm.Spec.VM.Display; d != nil && d.Spice != nil && d.Spice.Ticket != "" {
 		w = append(w, "spec.vm.display.spice.ticket is deprecated and ignored: use a display Secret")
 	}

@@ -1,0 +1,214 @@
+package render_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// TestDeterministic renders every valid golden case repeatedly, also from
+// several goroutines at once (the YAML writer pools its buffers), and
+// wants the same bytes each time.
+func TestDeterministic(t *testing.T) {
+	for _, name := range goldenCases(t) {
+		if strings.HasPrefix(name, "error-") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			first := renderCase(t, name, manifest.FormatYAML).out
+			require.NotEmpty(t, first)
+			var wg sync.WaitGroup
+			outs := make([][]byte, 8)
+			for i := range outs {
+				wg.Go(func() { outs[i] = renderCase(t, name, manifest.FormatYAML).out })
+			}
+			wg.Wait()
+			for i, out := range outs {
+				require.True(t, bytes.Equal(first, out), "render %d differs from the first", i)
+			}
+		})
+	}
+}
+
+const hashBase = `apiVersion: vmoperator.jdrupes.org/v1
+kind: VirtualMachine
+metadata:
+  name: hash-vm
+  namespace: vmop-demo
+  labels:
+    team: a
+spec:
+  cloudInit:
+    userData:
+      hostname: hash-vm
+  loadBalancerService: {}
+  vm:
+    maximumCpus: 4
+    currentCpus: 2
+    maximumRam: 4Gi
+`
+
+// hashOf renders a VM and returns the render-hash, checking that every
+// object carries the same one.
+func hashOf(t *testing.T, manifestYAML string, opts render.Options) string {
+	t.Helper()
+	vm, err := v1.DecodeJSON(mustJSON(t, manifestYAML))
+	require.NoError(t, err)
+	objs, err := render.Render(vm, opts)
+	require.NoError(t, err)
+	list := objs.List()
+	require.Len(t, list, 4, "ConfigMap, Secret, StatefulSet, Service")
+	hash := ""
+	for _, o := range list {
+		h := o.(metav1.Object).GetAnnotations()[render.AnnotationHash]
+		require.NotEmpty(t, h)
+		if hash == "" {
+			hash = h
+		}
+		require.Equal(t, hash, h, "all objects of a VM carry the same hash")
+	}
+	return hash
+}
+
+func mustJSON(t *testing.T, y string) []byte {
+	t.Helper()
+	j, err := yaml.YAMLToJSON([]byte(y))
+	require.NoError(t, err)
+	return j
+}
+
+func TestHashAnnotation(t *testing.T) {
+	base := hashOf(t, hashBase, render.Options{})
+	require.Equal(t, base, hashOf(t, hashBase, render.Options{}), "same input, same hash")
+
+	same := map[string]string{
+		"labels changed":      strings.Replace(hashBase, "team: a", "team: b\n    extra: label", 1),
+		"annotations added":   strings.Replace(hashBase, "  labels:", "  annotations:\n    note: x\n  labels:", 1),
+		"defaults spelled":    hashBase + "    state: Stopped\n    firmware: uefi\n    powerdownTimeout: 900\n",
+		"resourceVersion set": strings.Replace(hashBase, "  labels:", "  resourceVersion: \"42\"\n  labels:", 1),
+	}
+	for name, y := range same {
+		require.Equal(t, base, hashOf(t, y, render.Options{}), name)
+	}
+
+	changed := map[string]string{
+		"currentCpus":     strings.Replace(hashBase, "currentCpus: 2", "currentCpus: 3", 1),
+		"state":           hashBase + "    state: Running\n",
+		"cloud-init":      strings.Replace(hashBase, "hostname: hash-vm", "hostname: other", 1),
+		"service":         strings.Replace(hashBase, "loadBalancerService: {}", "loadBalancerService: {labels: {a: b}}", 1),
+		"name":            strings.Replace(hashBase, "name: hash-vm", "name: hash-vm2", 1),
+		"namespace":       strings.Replace(hashBase, "namespace: vmop-demo", "namespace: other", 1),
+		"guest shutdown":  strings.Replace(hashBase, "spec:\n", "spec:\n  guestShutdownStops: true\n", 1),
+		"image":           strings.Replace(hashBase, "spec:\n", "spec:\n  image: {source: example.com/runner:2}\n", 1),
+		"unnamed to disk": hashBase + "    disks:\n    - cdrom: {image: \"\"}\n",
+	}
+	seen := map[string]string{base: "base"}
+	for name, y := range changed {
+		h := hashOf(t, y, render.Options{})
+		require.NotContains(t, seen, h, "%s: the hash must change (same as %s)", name, seen[h])
+		seen[h] = name
+	}
+	require.NotEqual(t, base, hashOf(t, hashBase, render.Options{DisplaySecret: "other"}), "options are part of the hash")
+}
+
+// TestRenderKeepsInput checks that Render works on a copy: the caller's
+// object (say, from an informer cache) must not be defaulted in place.
+func TestRenderKeepsInput(t *testing.T) {
+	vm, err := v1.DecodeJSON(mustJSON(t, hashBase))
+	require.NoError(t, err)
+	before := vm.DeepCopy()
+	_, err = render.Render(vm, render.Options{})
+	require.NoError(t, err)
+	require.Equal(t, before, vm)
+}
+
+func TestRenderInvalid(t *testing.T) {
+	y := strings.Replace(hashBase, "currentCpus: 2", "currentCpus: 5", 1)
+	y = strings.Replace(y, "maximumRam: 4Gi", "maximumRam: 4Gx", 1)
+	vm, err := v1.DecodeJSON(mustJSON(t, y))
+	require.NoError(t, err)
+	objs, err := render.Render(vm, render.Options{})
+	require.Nil(t, objs)
+	var invalid *render.InvalidError
+	require.True(t, errors.As(err, &invalid), "%T", err)
+	require.Equal(t, "hash-vm", invalid.Name)
+	// Every line names the VM and the field, as the design's conventions say.
+	for _, l := range strings.Split(err.Error(), "\n") {
+		require.True(t, strings.HasPrefix(l, "hash-vm: spec.vm."), l)
+	}
+	require.Contains(t, err.Error(), `hash-vm: spec.vm.maximumRam: Invalid value: "4Gx"`)
+	require.Contains(t, err.Error(), "hash-vm: spec.vm.currentCpus: Invalid value: 5")
+}
+
+// TestListOrder: what is mounted comes before the StatefulSet, so that a
+// plain kubectl apply creates it first.
+func TestListOrder(t *testing.T) {
+	vm, err := v1.DecodeJSON(mustJSON(t, hashBase))
+	require.NoError(t, err)
+	objs, err := render.Render(vm, render.Options{})
+	require.NoError(t, err)
+	var kinds []string
+	for _, o := range objs.List() {
+		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
+	}
+	require.Equal(t, []string{"ConfigMap", "Secret", "StatefulSet", "Service"}, kinds)
+}
+
+// TestFilesystemDisk: a disk PVC with volumeMode Filesystem cannot be a
+// volumeDevice (the kubelet refuses to start such a pod), so it must be
+// either rejected with its field path or not rendered as a block device.
+func TestFilesystemDisk(t *testing.T) {
+	y := hashBase + `    disks:
+    - volumeClaimTemplate:
+        metadata:
+          name: data
+        spec:
+          volumeMode: Filesystem
+          resources:
+            requests:
+              storage: 10Gi
+`
+	vm, err := v1.DecodeJSON(mustJSON(t, y))
+	require.NoError(t, err)
+	objs, err := render.Render(vm, render.Options{})
+	if err != nil {
+		require.Contains(t, err.Error(), "hash-vm: spec.vm.disks[0].volumeClaimTemplate.spec.volumeMode")
+		return
+	}
+	for _, d := range objs.StatefulSet.Spec.Template.Spec.Containers[0].VolumeDevices {
+		require.NotEqual(t, "data-disk", d.Name, "a Filesystem volume listed as a volumeDevice: the pod cannot start")
+	}
+}
+
+// TestPassThroughNoEmptyDocuments: a document after "---\n---" is copied
+// without its leading separator; else the output gains an empty document.
+func TestPassThroughNoEmptyDocuments(t *testing.T) {
+	in := `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: a
+---
+---
+# comment of b
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: b
+`
+	res := renderBytes(t, []byte(in), manifest.FormatYAML, render.StreamOptions{})
+	require.Empty(t, res.problems)
+	require.NotContains(t, string(res.out), "---\n---\n")
+	docs := parseYAMLStream(t, res.out)
+	require.Len(t, docs, 2, "output:\n%s", res.out)
+	require.Contains(t, string(res.out), "# comment of b\n", "comments are kept")
+}
