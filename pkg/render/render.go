@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/cloudinit"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
@@ -50,7 +51,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "2"
+const Version = "3"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -255,46 +256,33 @@ func CDROMFile(image string) string {
 }
 
 // cloudInitFiles are the NoCloud files, in the order they are projected.
-var cloudInitFiles = []string{"meta-data", "user-data", "network-config"}
+var cloudInitFiles = []string{cloudinit.MetaDataFile, cloudinit.UserDataFile, cloudinit.NetworkConfigFile}
 
-// cloudInitSecret holds the NoCloud documents as files. local-hostname
-// defaults to the VM's name and instance-id to a hash of the data, so that
-// the guest runs cloud-init again exactly when the data changes.
+// cloudInitSecret holds the NoCloud files, defaulted as the runner would
+// (local-hostname, and an instance-id that changes with the data), so
+// that the guest runs cloud-init again exactly when the data changes.
 func (r *renderer) cloudInitSecret() (*corev1.Secret, error) {
 	ci := r.vm.Spec.CloudInit
 	if ci == nil || (ci.MetaData.IsNull() && ci.UserData.IsNull() && ci.NetworkConfig.IsNull()) {
 		return nil, nil
 	}
-	meta, _ := ci.MetaData.Map()
-	if meta == nil {
-		meta = map[string]any{}
-	}
-	if _, ok := meta["local-hostname"]; !ok {
-		meta["local-hostname"] = r.vm.Name
-	}
-	data := map[string][]byte{}
-	var err error
+	in := &runnerconfig.CloudInit{}
+	in.MetaData, _ = ci.MetaData.Map()
+	in.NetworkConfig, _ = ci.NetworkConfig.Map()
 	if !ci.UserData.IsNull() {
-		if data["user-data"], err = UserData(ci.UserData.Raw); err != nil {
+		if err := ci.UserData.Decode(&in.UserData); err != nil {
 			return nil, fmt.Errorf("%s: spec.cloudInit.userData: %w", r.vm.Name, err)
 		}
 	}
-	if !ci.NetworkConfig.IsNull() {
-		if data["network-config"], err = manifest.JSONToYAML(nil, ci.NetworkConfig.Raw); err != nil {
-			return nil, fmt.Errorf("%s: spec.cloudInit.networkConfig: %w", r.vm.Name, err)
-		}
+	d, err := cloudinit.FromConfig(in, r.vm.Name)
+	if err != nil {
+		return nil, err
 	}
-	if _, ok := meta["instance-id"]; !ok {
-		sum := sha256.New()
-		for _, k := range []string{"user-data", "network-config"} {
-			sum.Write(data[k])
+	data := map[string][]byte{}
+	for k, v := range map[string][]byte{cloudinit.MetaDataFile: d.MetaData, cloudinit.UserDataFile: d.UserData, cloudinit.NetworkConfigFile: d.NetworkConfig} {
+		if len(v) > 0 {
+			data[k] = v
 		}
-		metaJSON, _ := json.Marshal(meta)
-		sum.Write(metaJSON)
-		meta["instance-id"] = "iid-" + hex.EncodeToString(sum.Sum(nil))[:16]
-	}
-	if data["meta-data"], err = manifest.ObjectToYAML(meta); err != nil {
-		return nil, fmt.Errorf("%s: spec.cloudInit.metaData: %w", r.vm.Name, err)
 	}
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
@@ -302,23 +290,6 @@ func (r *renderer) cloudInitSecret() (*corev1.Secret, error) {
 		Type:       corev1.SecretTypeOpaque,
 		Data:       data,
 	}, nil
-}
-
-// UserData is the user-data file for a userData value: an object becomes
-// a #cloud-config document, a string is used as written.
-func UserData(raw []byte) ([]byte, error) {
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, err
-		}
-		return []byte(s), nil
-	}
-	body, err := manifest.JSONToYAML(nil, raw)
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte("#cloud-config\n"), body...), nil
 }
 
 func (r *renderer) statefulSet(cloudInit *corev1.Secret) *appsv1.StatefulSet {

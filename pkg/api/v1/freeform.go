@@ -35,8 +35,16 @@ func (f *FreeForm) Map() (m map[string]any, ok bool) {
 	if f.IsNull() {
 		return nil, false
 	}
-	if err := json.Unmarshal(f.Raw, &m); err != nil {
+	if err := f.Decode(&m); err != nil || m == nil {
 		return nil, false
 	}
 	return m, true
+}
+
+// Decode decodes the value into v, numbers as json.Number so that large
+// integers stay exact.
+func (f *FreeForm) Decode(v any) error {
+	d := json.NewDecoder(bytes.NewReader(f.Raw))
+	d.UseNumber()
+	return d.Decode(v)
 }
