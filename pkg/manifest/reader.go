@@ -11,7 +11,6 @@ import (
 	"io"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 )
 
 // Document is one document of a stream.
@@ -55,7 +54,7 @@ func (r *Reader) Next() (*Document, error) {
 			_, raw, _ = bytes.Cut(raw, []byte("\n"))
 		}
 		d := &Document{Index: r.index, Raw: raw}
-		if d.JSON, err = yaml.YAMLToJSON(raw); err != nil {
+		if d.JSON, err = YAMLToJSON(raw); err != nil {
 			return d, fmt.Errorf("document %d: %w", d.Index, err)
 		}
 		var tm struct {
