@@ -119,7 +119,7 @@ func smp(vm *runnerconfig.VM) string {
 var funcs = template.FuncMap{
 	// opt makes a value safe inside a qemu option list.
 	"opt":   func(s string) string { return strings.ReplaceAll(s, ",", ",,") },
-	"mib":   func(s runnerconfig.Size) int64 { return int64(s) >> 20 },
+	"mib":   func(s runnerconfig.Size) int64 { return s.Bytes >> 20 },
 	"deref": func(p *int32) int32 { return *p },
 	"seq":   func(n int32) []struct{} { return make([]struct{}, max(n, 0)) },
 }

@@ -62,28 +62,31 @@ func Parse(data []byte) (*Config, error) {
 
 // Size is a number of bytes, written as a number or as a string: a
 // Kubernetes quantity ("4Gi", "1G") or the "4 GiB" form of VM-Operator's
-// runner.
-type Size int64
+// runner. A value that does not parse is kept for Validate, which names
+// its field.
+type Size struct {
+	Bytes   int64
+	invalid string
+}
+
+// MarshalJSON writes the number of bytes.
+func (s Size) MarshalJSON() ([]byte, error) {
+	return json.Marshal(s.Bytes)
+}
 
 // UnmarshalJSON accepts a number or a string.
 func (s *Size) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] != '"' {
-		var n int64
-		if err := json.Unmarshal(b, &n); err != nil {
-			return fmt.Errorf("a size must be a whole number of bytes or a string such as 4Gi: %s", b)
-		}
-		*s = Size(n)
-		return nil
-	}
+	*s = Size{}
 	var str string
 	if err := json.Unmarshal(b, &str); err != nil {
-		return err
+		str = string(b) // a number, or something Validate reports
 	}
 	n, err := ParseSize(str)
 	if err != nil {
-		return err
+		s.invalid = str
+		return nil
 	}
-	*s = Size(n)
+	s.Bytes = n
 	return nil
 }
 
@@ -122,10 +125,10 @@ func (c *Config) Default() {
 	// As VM-Operator's runner does: a current count above the maximum
 	// raises the maximum.
 	v.MaximumCPUs = max(v.MaximumCPUs, v.CurrentCPUs)
-	if v.MaximumRAM == 0 {
-		v.MaximumRAM = DefaultMaximumRAM
+	if v.MaximumRAM == (Size{}) {
+		v.MaximumRAM = Size{Bytes: DefaultMaximumRAM}
 	}
-	if v.CurrentRAM == 0 {
+	if v.CurrentRAM == (Size{}) {
 		v.CurrentRAM = v.MaximumRAM
 	}
 	if v.RTCBase == "" {
@@ -185,11 +188,19 @@ func (c *Config) Validate() field.ErrorList {
 	if v.CurrentCPUs < 1 {
 		errs = append(errs, field.Invalid(p.Child("currentCpus"), v.CurrentCPUs, "must be at least 1"))
 	}
-	if v.MaximumRAM < 1<<20 {
-		errs = append(errs, field.Invalid(p.Child("maximumRam"), v.MaximumRAM, "must be at least 1Mi"))
+	switch {
+	case v.MaximumRAM.invalid != "":
+		errs = append(errs, field.Invalid(p.Child("maximumRam"), v.MaximumRAM.invalid, "must be a size such as 4Gi or 4 GiB"))
+	case v.MaximumRAM.Bytes < 1<<20:
+		errs = append(errs, field.Invalid(p.Child("maximumRam"), v.MaximumRAM.Bytes, "must be at least 1Mi"))
 	}
-	if v.CurrentRAM < 1<<20 || v.CurrentRAM > v.MaximumRAM {
-		errs = append(errs, field.Invalid(p.Child("currentRam"), v.CurrentRAM, "must be between 1Mi and maximumRam"))
+	switch {
+	case v.CurrentRAM.invalid != "":
+		if v.CurrentRAM != v.MaximumRAM { // not the default copied from a bad maximum
+			errs = append(errs, field.Invalid(p.Child("currentRam"), v.CurrentRAM.invalid, "must be a size such as 4Gi or 4 GiB"))
+		}
+	case v.CurrentRAM.Bytes < 1<<20 || (v.MaximumRAM.invalid == "" && v.CurrentRAM.Bytes > v.MaximumRAM.Bytes):
+		errs = append(errs, field.Invalid(p.Child("currentRam"), v.CurrentRAM.Bytes, "must be between 1Mi and maximumRam"))
 	}
 	for i, n := range v.Network {
 		np := p.Child("network").Index(i)

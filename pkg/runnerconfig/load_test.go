@@ -36,8 +36,8 @@ func TestParseJavaStyle(t *testing.T) {
 	c, err := Parse([]byte(javaStyle))
 	require.NoError(t, err)
 	v := c.VM
-	require.Equal(t, Size(4<<30), v.MaximumRAM)
-	require.Equal(t, Size(2e9), v.CurrentRAM)
+	require.Equal(t, int64(4<<30), v.MaximumRAM.Bytes)
+	require.Equal(t, int64(2e9), v.CurrentRAM.Bytes)
 	require.Equal(t, int32(3), v.MaximumCPUs, "a larger current count raises the maximum")
 	require.Equal(t, "br0", v.Network[0].Bridge)
 	require.Equal(t, "virtio-net", v.Network[0].Device)
@@ -79,7 +79,7 @@ func TestLoadNamesFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(`"/Runner": {vm: {name: x, maximumRam: "4 GX"}}`), 0o644))
 	_, err := Load(path)
 	require.ErrorContains(t, err, path+": ")
-	require.ErrorContains(t, err, `"4 GX" is not a size`)
+	require.ErrorContains(t, err, `/Runner.vm.maximumRam: Invalid value: "4 GX": must be a size`)
 }
 
 func FuzzParse(f *testing.F) {

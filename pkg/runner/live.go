@@ -1,0 +1,313 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/vmop/vmop/pkg/qmp"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+// liveState is what the runner changes while qemu runs: CPUs, the balloon,
+// CD media and the display password.
+type liveState struct {
+	r *Runner
+	// cds is the medium of each CD drive (by id) as last applied, and
+	// pendingCDs the ones that wait for their tray to open.
+	cds, pendingCDs map[string]string
+	// unplugging holds the CPUs asked to go, until qemu reports them gone.
+	unplugging     map[string]bool
+	cpus           int32
+	ram            int64
+	password       []byte
+	expiry         string
+	agentConnected bool
+}
+
+func newLiveState(r *Runner) *liveState {
+	l := &liveState{r: r, cds: map[string]string{}, pendingCDs: map[string]string{}, unplugging: map[string]bool{}}
+	for _, cd := range r.machine.CDROMs {
+		l.cds[cd.ID] = cd.Path // on qemu's command line
+	}
+	return l
+}
+
+// applyAll applies the config's current values to a qemu that was just
+// started (paused).
+func (l *liveState) applyAll(ctx context.Context, c *runnerconfig.Config) error {
+	return l.apply(ctx, c)
+}
+
+// apply brings the live values of qemu in line with c.
+func (l *liveState) apply(ctx context.Context, c *runnerconfig.Config) error {
+	var errs []error
+	if c.VM.CurrentCPUs != l.cpus {
+		if err := l.setCPUs(ctx, c.VM.CurrentCPUs); err != nil {
+			errs = append(errs, fmt.Errorf("currentCpus: %w", err))
+		}
+	}
+	if ram := c.VM.CurrentRAM.Bytes; ram != l.ram {
+		if err := l.r.mon.Balloon(ctx, ram); err != nil {
+			errs = append(errs, fmt.Errorf("currentRam: %w", err))
+		} else {
+			l.r.log.Info("Balloon target set", "bytes", ram)
+			l.ram = ram
+		}
+	}
+	i := 0
+	for _, d := range c.VM.Drives {
+		if d.Type != runnerconfig.DriveCDROM {
+			continue
+		}
+		id := CDROMID(i)
+		i++
+		if _, known := l.cds[id]; !known {
+			continue // a drive added to the config needs a restart
+		}
+		if err := l.changeCD(ctx, id, d.File); err != nil {
+			errs = append(errs, fmt.Errorf("CD %s: %w", id, err))
+		}
+	}
+	if err := l.updatePassword(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("display password: %w", err))
+	}
+	l.r.report(ctx)
+	return errors.Join(errs...)
+}
+
+// setCPUs plugs or unplugs CPUs until qemu has target of them. Unplugging
+// completes when the guest has ejected the CPU (DEVICE_DELETED).
+func (l *liveState) setCPUs(ctx context.Context, target int32) error {
+	l.cpus = target
+	slots, err := l.r.mon.QueryHotpluggableCPUs(ctx)
+	if err != nil {
+		return err
+	}
+	// Slots in topology order; plug the lowest free ones, unplug the
+	// highest (never the first, which boots the machine).
+	slices.SortFunc(slots, func(a, b qmp.HotpluggableCPU) int { return strings.Compare(slotID(a), slotID(b)) })
+	var plugged []qmp.HotpluggableCPU
+	for _, s := range slots {
+		if s.QOMPath != "" && !l.unplugging[s.QOMPath] {
+			plugged = append(plugged, s)
+		}
+	}
+	n := int32(len(plugged))
+	for _, s := range slots {
+		if n >= target {
+			break
+		}
+		if s.QOMPath == "" {
+			if err := l.r.mon.AddCPU(ctx, s, slotID(s)); err != nil {
+				return err
+			}
+			n++
+		}
+	}
+	for i := len(plugged) - 1; i > 0 && n > target; i-- {
+		p := plugged[i].QOMPath
+		if err := l.r.mon.DeviceDel(ctx, p); err != nil {
+			return err
+		}
+		l.unplugging[p] = true
+		n--
+	}
+	return l.countCPUs(ctx)
+}
+
+// slotID names a CPU slot by its topology, e.g. cpu-s0-c2-t0; sorting
+// the names sorts the slots for the small counts VMs have.
+func slotID(c qmp.HotpluggableCPU) string {
+	part := func(p *int) string {
+		if p == nil {
+			return "x"
+		}
+		return fmt.Sprintf("%04d", *p)
+	}
+	return fmt.Sprintf("cpu-s%s-d%s-c%s-t%s", part(c.Props.SocketID), part(c.Props.DieID), part(c.Props.CoreID), part(c.Props.ThreadID))
+}
+
+// countCPUs updates the status from qemu's view.
+func (l *liveState) countCPUs(ctx context.Context) error {
+	slots, err := l.r.mon.QueryHotpluggableCPUs(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	present := map[string]bool{}
+	for _, s := range slots {
+		if s.QOMPath != "" {
+			n += max(s.VCPUsCount, 1)
+			present[s.QOMPath] = true
+		}
+	}
+	for p := range l.unplugging {
+		if !present[p] {
+			delete(l.unplugging, p)
+		}
+	}
+	l.r.status.CPUs = n
+	return nil
+}
+
+// changeCD puts file into drive id (empty: removes the medium). The tray
+// is opened first; a guest that locked it delays the change until it
+// releases the tray (DEVICE_TRAY_MOVED).
+func (l *liveState) changeCD(ctx context.Context, id, file string) error {
+	if l.cds[id] == file {
+		delete(l.pendingCDs, id)
+		return nil
+	}
+	l.pendingCDs[id] = file
+	if err := l.r.mon.BlockdevOpenTray(ctx, id, false); err != nil {
+		return err
+	}
+	open, err := l.trayOpen(ctx, id)
+	if err != nil {
+		return err
+	}
+	if open {
+		return l.finishCD(ctx, id)
+	}
+	l.r.log.Info("CD change waits for the guest to release the tray", "drive", id)
+	return nil
+}
+
+func (l *liveState) trayOpen(ctx context.Context, id string) (bool, error) {
+	devs, err := l.r.mon.QueryBlock(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, d := range devs {
+		if d.Device == id+"-drive" { // the template's -drive id
+			return d.TrayOpen != nil && *d.TrayOpen, nil
+		}
+	}
+	return false, fmt.Errorf("no drive %s", id)
+}
+
+// finishCD applies the pending medium of a drive whose tray is open.
+func (l *liveState) finishCD(ctx context.Context, id string) error {
+	file, ok := l.pendingCDs[id]
+	if !ok {
+		return nil
+	}
+	var err error
+	if file == "" {
+		if err = l.r.mon.BlockdevRemoveMedium(ctx, id); err == nil {
+			err = l.r.mon.BlockdevCloseTray(ctx, id)
+		}
+	} else {
+		err = l.r.mon.BlockdevChangeMedium(ctx, id, file, "raw", true)
+	}
+	if err != nil {
+		return err
+	}
+	delete(l.pendingCDs, id)
+	l.cds[id] = file
+	l.r.log.Info("CD medium changed", "drive", id, "file", file)
+	return nil
+}
+
+// displayPassword reads the display Secret's password file next to the
+// config; nil when there is none.
+func (r *Runner) displayPassword() []byte {
+	b, err := os.ReadFile(filepath.Join(r.configDir, runnerconfig.DisplayPasswordFile))
+	if err != nil || len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	return bytes.TrimSpace(b)
+}
+
+// updatePassword sets the SPICE password and its expiry when the display
+// Secret's files changed. Without ticketing at the start, qemu cannot lock
+// the display later: that needs a restart.
+func (l *liveState) updatePassword(ctx context.Context) error {
+	r := l.r
+	if r.config.VM.Display == nil || r.config.VM.Display.Spice == nil {
+		return nil
+	}
+	pw := r.displayPassword()
+	expiry := "never"
+	if b, err := os.ReadFile(filepath.Join(r.configDir, runnerconfig.PasswordExpiryFile)); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		expiry = strings.TrimSpace(string(b))
+	}
+	if !r.machine.Ticketing {
+		if pw != nil && !slices.Contains(r.status.RestartRequired, "display password") {
+			r.log.Warn("A display password appeared; the display locks at the next start")
+			r.status.RestartRequired = append(r.status.RestartRequired, "display password")
+		}
+		return nil
+	}
+	if pw == nil {
+		// The Secret went away: lock the display rather than leave the
+		// last password valid.
+		random := make([]byte, 16)
+		_, _ = rand.Read(random)
+		pw, expiry = []byte(base64.StdEncoding.EncodeToString(random)), "now"
+	}
+	if bytes.Equal(pw, l.password) && expiry == l.expiry {
+		return nil
+	}
+	if !bytes.Equal(pw, l.password) {
+		if err := r.mon.SetPassword(ctx, "spice", string(pw), "keep"); err != nil {
+			return err
+		}
+	}
+	if err := r.mon.ExpirePassword(ctx, "spice", expiry); err != nil {
+		return err
+	}
+	l.password, l.expiry = pw, expiry
+	r.status.DisplayPasswordSerial++
+	r.log.Info("Display password set", "expiry", expiry, "serial", r.status.DisplayPasswordSerial)
+	return nil
+}
+
+// handleEvent updates the live state and status from a QMP event.
+func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
+	l := r.live
+	switch ev.Name {
+	case qmp.EventDeviceTrayMoved:
+		id, _ := ev.Data["id"].(string)
+		if open, _ := ev.Data["tray-open"].(bool); open {
+			if err := l.finishCD(ctx, id); err != nil {
+				r.log.Error("Changing the CD medium", "drive", id, "err", err)
+			}
+		}
+	case qmp.EventDeviceDeleted, qmp.EventACPIDeviceOST:
+		if err := l.countCPUs(ctx); err != nil {
+			r.log.Error("Counting CPUs", "err", err)
+		}
+		r.report(ctx)
+	case qmp.EventBalloonChange:
+		if actual, ok := ev.Data["actual"].(float64); ok {
+			r.status.RAM = int64(actual)
+			r.report(ctx)
+		}
+	case qmp.EventVserportChange:
+		if id, _ := ev.Data["id"].(string); id == "guest-agent" {
+			l.agentConnected, _ = ev.Data["open"].(bool)
+			r.status.Booted = l.agentConnected
+			r.report(ctx)
+		}
+	case qmp.EventSpiceInitialized, qmp.EventSpiceDisconnected:
+		client, _ := ev.Data["client"].(map[string]any)
+		if ct, _ := client["channel-type"].(float64); ct != 1 {
+			return // only the main channel stands for a viewer
+		}
+		host, _ := client["host"].(string)
+		if ev.Name == qmp.EventSpiceDisconnected {
+			host = ""
+		}
+		r.status.ConsoleClient = host
+		r.report(ctx)
+	}
+}

@@ -1,0 +1,226 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/vmop/vmop/pkg/qmp"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+const (
+	// reloadDelay lets a ConfigMap update (several renames) settle.
+	reloadDelay = 100 * time.Millisecond
+	// quitGrace is how long qemu gets to quit before it is killed.
+	quitGrace = 5 * time.Second
+)
+
+// loop handles everything while the VM runs: the end of ctx (SIGTERM)
+// starts a clean shutdown, QMP events update the live state and status,
+// and changes of the config directory are applied.
+func (r *Runner) loop(ctx context.Context) error {
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		return &ExitError{Code: ExitFailed, Err: err}
+	}
+	defer watcher.Close()
+	// A ConfigMap volume replaces files by swapping a symlink: watch the
+	// directory, not the file.
+	if err := watcher.Add(r.configDir); err != nil {
+		return &ExitError{Code: ExitFailed, Err: err}
+	}
+	events := r.mon.Events(context.Background())
+	reload := time.NewTimer(time.Hour)
+	reload.Stop()
+
+	var (
+		sigterm                = ctx.Done()
+		stopping               bool
+		stopStarted            time.Time
+		stopTimer, killTimer   <-chan time.Time
+		guestShutdown, forced  bool
+		stopTimerT, killTimerT *time.Timer
+	)
+	armStop := func() {
+		if stopTimerT != nil {
+			stopTimerT.Stop()
+		}
+		left := time.Until(stopStarted.Add(time.Duration(*r.config.VM.PowerdownTimeout) * time.Second))
+		stopTimerT = time.NewTimer(max(left, 0))
+		stopTimer = stopTimerT.C
+	}
+	bg := context.WithoutCancel(ctx)
+	for {
+		select {
+		case <-sigterm:
+			sigterm = nil
+			stopping, stopStarted = true, time.Now()
+			r.status.Running = false
+			r.report(bg)
+			r.askGuestToStop(bg)
+			armStop()
+		case <-stopTimer:
+			stopTimer = nil
+			forced = true
+			r.log.Warn("The guest did not shut down in time: stopping qemu", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
+			if err := r.mon.Quit(bg); err != nil {
+				r.qemu.kill()
+			}
+			killTimerT = time.NewTimer(quitGrace)
+			killTimer = killTimerT.C
+		case <-killTimer:
+			r.qemu.kill()
+		case <-r.qemu.done:
+			if killTimerT != nil {
+				killTimerT.Stop()
+			}
+			return r.qemuEnded(bg, guestShutdown, forced, stopping)
+		case ev, ok := <-events:
+			if !ok {
+				events = nil // the monitor closed; qemu's exit follows
+				continue
+			}
+			if ev.Name == qmp.EventShutdown {
+				if guest, _ := ev.Data["guest"].(bool); guest {
+					guestShutdown = true
+				}
+			}
+			r.handleEvent(bg, ev)
+		case we := <-watcher.Events:
+			if r.watched(we.Name) {
+				reload.Reset(reloadDelay)
+			}
+		case err := <-watcher.Errors:
+			r.log.Error("Watching the config directory", "err", err)
+		case <-reload.C:
+			r.reload(bg)
+			if stopping && stopTimer != nil {
+				armStop() // a new powerdownTimeout counts from the start of the stop
+			}
+		}
+	}
+}
+
+// watched tells whether a change of path concerns the runner: the config
+// file, the display password files, or a ConfigMap/Secret volume swap.
+func (r *Runner) watched(path string) bool {
+	switch filepath.Base(path) {
+	case filepath.Base(r.opts.ConfigFile), runnerconfig.DisplayPasswordFile, runnerconfig.PasswordExpiryFile, "..data":
+		return true
+	}
+	return false
+}
+
+// qemuEnded turns the way qemu ended into the runner's exit.
+func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced, stopping bool) error {
+	r.status.Running = false
+	r.status.Booted = false
+	r.status.ConsoleClient = ""
+	r.report(ctx)
+	err := exitFor(r.qemu, guestShutdown, forced)
+	switch {
+	case err == nil && !stopping && r.config.GuestShutdownStops:
+		// The guest shut itself down: keep the pod from restarting it.
+		if err := r.opts.Reporter.SetStopped(ctx); err != nil {
+			r.log.Error("Could not set the desired state to Stopped", "err", err)
+		}
+		r.log.Info("The guest shut down; its desired state is now Stopped")
+	case err == nil:
+		r.log.Info("The guest shut down cleanly")
+	default:
+		r.log.Error("VM stopped", "err", err)
+	}
+	return err
+}
+
+// askGuestToStop asks the guest to shut down: through the guest agent when
+// it is connected (works without ACPI), else with the ACPI power button.
+func (r *Runner) askGuestToStop(ctx context.Context) {
+	if r.live.agentConnected {
+		if err := guestAgentShutdown(ctx, r.machine.GuestAgentSocket); err == nil {
+			r.log.Info("Asked the guest agent to shut down", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
+			return
+		} else {
+			r.log.Warn("The guest agent did not take the shutdown; trying ACPI", "err", err)
+		}
+	}
+	if err := r.mon.SystemPowerdown(ctx); err != nil {
+		r.log.Error("system_powerdown", "err", err)
+		return
+	}
+	r.log.Info("Sent the ACPI power button", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
+}
+
+// guestAgentShutdown sends guest-shutdown to qemu-guest-agent, which does
+// not answer it.
+func guestAgentShutdown(ctx context.Context, socket string) error {
+	var d net.Dialer
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	return json.NewEncoder(conn).Encode(map[string]any{
+		"execute": "guest-shutdown", "arguments": map[string]string{"mode": "powerdown"},
+	})
+}
+
+// reload reads the config again and applies what can change live. An
+// invalid config leaves the VM as it is.
+func (r *Runner) reload(ctx context.Context) {
+	c, err := runnerconfig.Load(r.opts.ConfigFile)
+	if err != nil {
+		r.log.Error("The changed config is invalid; the VM keeps its settings", "err", err)
+		return
+	}
+	if restart := restartFields(&r.config.VM, &c.VM); !slices.Equal(restart, r.status.RestartRequired) {
+		if len(restart) > 0 {
+			r.log.Warn("Config changes that apply at the next start", "fields", restart)
+		}
+		r.status.RestartRequired = restart
+		r.report(ctx)
+	}
+	if err := r.live.apply(ctx, c); err != nil {
+		r.log.Error("Applying the config", "err", err)
+	}
+	// The started machine stays what it was; only live values follow.
+	vm := r.config.VM
+	vm.CurrentCPUs, vm.CurrentRAM, vm.PowerdownTimeout = c.VM.CurrentCPUs, c.VM.CurrentRAM, c.VM.PowerdownTimeout
+	c.VM = vm
+	r.config = c
+}
+
+// restartFields lists the fields of the VM that differ and cannot change
+// while it runs.
+func restartFields(old, new *runnerconfig.VM) []string {
+	a, b := *old, *new
+	for _, v := range []*runnerconfig.VM{&a, &b} {
+		v.CurrentCPUs, v.CurrentRAM, v.PowerdownTimeout = 0, runnerconfig.Size{}, nil
+		v.Drives = slices.Clone(v.Drives)
+		for i := range v.Drives {
+			if v.Drives[i].Type == runnerconfig.DriveCDROM {
+				v.Drives[i].File = "" // CD media change live
+			}
+		}
+	}
+	var out []string
+	ta, tb := reflect.ValueOf(a), reflect.ValueOf(b)
+	for i := range ta.NumField() {
+		if !reflect.DeepEqual(ta.Field(i).Interface(), tb.Field(i).Interface()) {
+			tag, _, _ := strings.Cut(ta.Type().Field(i).Tag.Get("json"), ",")
+			out = append(out, tag)
+		}
+	}
+	return out
+}

@@ -1,0 +1,259 @@
+// Package runner is vm-runner's logic: it starts qemu (and swtpm) for one
+// VM from the runner's config file, drives it over QMP, applies what can
+// change while the VM runs, and shuts the guest down cleanly on SIGTERM.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vmop/vmop/pkg/cloudinit"
+	"github.com/vmop/vmop/pkg/qmp"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+// Exit codes of vm-runner, so that a pod's restart count and its last
+// state tell what happened.
+const (
+	ExitClean   = 0 // the guest shut down (by itself, or when asked)
+	ExitFailed  = 1 // the runner could not start the VM
+	ExitConfig  = 2 // the config file is invalid; qemu was not started
+	ExitForced  = 3 // the guest did not shut down within powerdownTimeout
+	ExitCrashed = 4 // qemu ended without a guest shutdown
+)
+
+// ExitError is an error with the exit code it stands for.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Options configure a Runner.
+type Options struct {
+	// ConfigFile is the runner's config (the ConfigMap's config.yaml).
+	ConfigFile string
+	// TemplateDirs may hold templates that replace the embedded ones.
+	TemplateDirs []string
+	// Qemu and Swtpm are the programs; found on PATH when empty.
+	Qemu, Swtpm string
+	Logger      *slog.Logger
+	// Reporter receives the VM's status; nil for none.
+	Reporter Reporter
+	// QemuOutput receives qemu's and swtpm's own output; nil for stderr.
+	QemuOutput io.Writer
+}
+
+// Runner runs one VM.
+type Runner struct {
+	opts       Options
+	log        *slog.Logger
+	configDir  string
+	config     *runnerconfig.Config // the config in effect
+	dataDir    string
+	runtimeDir string
+	machine    *Machine
+
+	qemu, swtpm *process
+	mon         *qmp.Monitor
+	status      Status
+	live        *liveState
+}
+
+// New loads the config. An invalid config is an *ExitError with
+// ExitConfig: nothing has been started.
+func New(opts Options) (*Runner, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Reporter == nil {
+		opts.Reporter = nopReporter{}
+	}
+	if opts.QemuOutput == nil {
+		opts.QemuOutput = os.Stderr
+	}
+	if opts.Qemu == "" {
+		opts.Qemu = "qemu-system-x86_64"
+	}
+	if opts.Swtpm == "" {
+		opts.Swtpm = "swtpm"
+	}
+	c, err := runnerconfig.Load(opts.ConfigFile)
+	if err != nil {
+		return nil, &ExitError{Code: ExitConfig, Err: err}
+	}
+	r := &Runner{
+		opts:      opts,
+		log:       opts.Logger.With("vm", c.VM.Name),
+		configDir: filepath.Dir(opts.ConfigFile),
+		config:    c,
+	}
+	r.dataDir, r.runtimeDir = DataDir(c), RuntimeDir(c)
+	return r, nil
+}
+
+// Run starts the VM and keeps it in line with its config until ctx ends
+// (SIGTERM), then shuts the guest down. The error, an *ExitError, carries
+// the exit code; nil means the guest shut down cleanly.
+func (r *Runner) Run(ctx context.Context) error {
+	defer r.cleanup()
+	started := time.Now()
+	if err := r.start(ctx); err != nil {
+		if r.qemu != nil {
+			select {
+			case <-r.qemu.done:
+				return &ExitError{Code: ExitCrashed, Err: fmt.Errorf("qemu %s while starting: %w", r.qemu.describe(), err)}
+			case <-time.After(100 * time.Millisecond): // a dying qemu closes QMP first
+			}
+		}
+		return &ExitError{Code: ExitFailed, Err: err}
+	}
+	r.log.Info("VM running", "startup", time.Since(started).Round(time.Millisecond), "accel", r.machine.Accel)
+	return r.loop(ctx)
+}
+
+// start prepares everything, starts qemu paused, applies the config's
+// current values over QMP and lets the guest run.
+func (r *Runner) start(ctx context.Context) error {
+	c := r.config
+	for _, d := range []string{r.dataDir, r.runtimeDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	id, err := machineUUID(c, r.dataDir)
+	if err != nil {
+		return err
+	}
+	fw, err := FindFirmware(c.VM.Firmware, r.dataDir)
+	if err != nil {
+		return err
+	}
+	kvm := c.VM.Accelerator != "tcg" && c.VM.Accelerator != "none" && kvmUsable()
+	tmpl, err := LoadTemplate(c.Template, append(r.opts.TemplateDirs, "/opt/vmrunner/templates")...)
+	if err != nil {
+		return err
+	}
+	m := NewMachine(&c.VM, id, kvm, fw, r.runtimeDir, isBlockDevice)
+	m.Ticketing = r.displayPassword() != nil
+	if m.CloudInitISO, err = r.cloudInit(); err != nil {
+		return err
+	}
+	// A socket left by a runner that was killed would look like qemu's.
+	_ = os.Remove(m.QMPSocket)
+	if c.VM.UseTPM {
+		if m.TPMSocket, err = r.startSwtpm(ctx); err != nil {
+			return err
+		}
+	}
+	args, err := tmpl.Args(m)
+	if err != nil {
+		return err
+	}
+	r.machine = m
+	r.log.Debug("Starting qemu", "args", args)
+	if r.qemu, err = startProcess("qemu", r.opts.Qemu, args, r.opts.QemuOutput); err != nil {
+		return err
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.qemu.waitFor(dialCtx, m.QMPSocket); err != nil {
+		return err
+	}
+	if r.mon, err = qmp.Dial(dialCtx, m.QMPSocket); err != nil {
+		return fmt.Errorf("QMP: %w", err)
+	}
+	r.live = newLiveState(r)
+	if err := r.live.applyAll(ctx, c); err != nil {
+		return err
+	}
+	if err := r.mon.Cont(ctx); err != nil {
+		return fmt.Errorf("QMP cont: %w", err)
+	}
+	r.status.Running = true
+	r.report(ctx)
+	return nil
+}
+
+// cloudInit makes the NoCloud seed from the config's cloudInit, else from
+// the files projected next to the config; "" when there is no data.
+func (r *Runner) cloudInit() (string, error) {
+	var d cloudinit.Data
+	var err error
+	if ci := r.config.CloudInit; ci != nil {
+		if d, err = cloudinit.FromConfig(ci, r.config.VM.Name); err != nil {
+			return "", err
+		}
+	} else {
+		var ok bool
+		d, ok, err = cloudinit.FromDir(filepath.Join(r.configDir, runnerconfig.CloudInitDir))
+		if err != nil || !ok {
+			return "", err
+		}
+	}
+	if err := d.Default(r.config.VM.Name); err != nil {
+		return "", err
+	}
+	iso := filepath.Join(r.runtimeDir, "cloud-init.iso")
+	if err := cloudinit.WriteISO(iso, d); err != nil {
+		return "", fmt.Errorf("cloud-init seed: %w", err)
+	}
+	return iso, nil
+}
+
+// startSwtpm starts the software TPM, its state in the data directory,
+// and returns its socket once it listens.
+func (r *Runner) startSwtpm(ctx context.Context) (string, error) {
+	state := filepath.Join(r.dataDir, "tpm")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return "", err
+	}
+	sock := filepath.Join(r.runtimeDir, "swtpm.sock")
+	_ = os.Remove(sock)
+	p, err := startProcess("swtpm", r.opts.Swtpm, []string{
+		"socket", "--tpm2", "--tpmstate", "dir=" + state,
+		"--ctrl", "type=unixio,path=" + sock, "--terminate",
+	}, r.opts.QemuOutput)
+	if err != nil {
+		return "", err
+	}
+	r.swtpm = p
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return sock, p.waitFor(waitCtx, sock)
+}
+
+// cleanup stops what is still running and removes the runtime files.
+func (r *Runner) cleanup() {
+	if r.mon != nil {
+		r.mon.Close()
+	}
+	for _, p := range []*process{r.qemu, r.swtpm} {
+		if p != nil {
+			p.kill()
+		}
+	}
+	if r.runtimeDir != "" {
+		_ = os.RemoveAll(r.runtimeDir)
+	}
+}
+
+// stopReason tells why the event loop ended.
+func exitFor(qemu *process, guestShutdown, forced bool) error {
+	switch {
+	case forced:
+		return &ExitError{Code: ExitForced, Err: errors.New("the guest did not shut down within powerdownTimeout: qemu was stopped hard")}
+	case guestShutdown && qemu.err == nil:
+		return nil
+	default:
+		return &ExitError{Code: ExitCrashed, Err: fmt.Errorf("qemu %s without a guest shutdown", qemu.describe())}
+	}
+}

@@ -1,0 +1,379 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/internal/spicetest"
+	"github.com/vmop/vmop/pkg/qmp"
+	"github.com/vmop/vmop/pkg/runner"
+	"github.com/vmop/vmop/templates"
+)
+
+// vmRunner is the vm-runner binary, built once for the tests: they run it
+// as a pod would, with signals and exit codes.
+var vmRunner string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vm-runner-test")
+	if err != nil {
+		panic(err)
+	}
+	vmRunner = filepath.Join(dir, "vm-runner")
+	build := exec.Command("go", "build", "-o", vmRunner, "../../cmd/vm-runner")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// vm is one vm-runner process with its files.
+type vm struct {
+	t                            *testing.T
+	dir, config, runtime, output string
+	cmd                          *exec.Cmd
+	exited                       chan struct{}
+	exitCode                     int
+	spicePort                    int
+}
+
+// requireTools fails (not skips) when qemu is missing: make deps installs it.
+func requireTools(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"qemu-system-x86_64", "swtpm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: run make deps", tool)
+		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// newVM prepares a config directory. The template is the standard one with
+// a second QMP socket, through which the test watches qemu while the
+// runner holds the first.
+func newVM(t *testing.T, vmConfig string, extraTemplate ...string) *vm {
+	t.Helper()
+	requireTools(t)
+	// Unix socket paths are short: keep the directory near the root.
+	dir, err := os.MkdirTemp("", "vmt")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	v := &vm{t: t, dir: dir, config: filepath.Join(dir, "etc", "config.yaml"), runtime: filepath.Join(dir, "run"), spicePort: freePort(t)}
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "etc"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "templates"), 0o755))
+	std, _, err := templates.Read(templates.Standard)
+	require.NoError(t, err)
+	tmpl := string(std) + "\n-qmp unix:{{opt .RuntimeDir}}/test.sock,server=on,wait=off\n" + strings.Join(extraTemplate, "\n") + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "templates", templates.Standard), []byte(tmpl), 0o644))
+	for _, f := range []string{"a.iso", "b.iso"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("medium "+f), 0o644))
+	}
+	v.writeConfig(vmConfig)
+	return v
+}
+
+// writeConfig replaces the config as a ConfigMap volume does: a new file
+// renamed over the old one.
+func (v *vm) writeConfig(vmConfig string) {
+	c := fmt.Sprintf(`"/Runner":
+  dataDir: %s/data
+  runtimeDir: %s
+  vm:
+    name: test
+    accelerator: tcg
+%s`, v.dir, v.runtime, indent(vmConfig, "    "))
+	c = strings.ReplaceAll(c, "SPICEPORT", fmt.Sprint(v.spicePort))
+	c = strings.ReplaceAll(c, "DIR", v.dir)
+	v.writeFile("config.yaml", c)
+}
+
+func (v *vm) writeFile(name, content string) {
+	tmp := filepath.Join(v.dir, "etc", "."+name+".tmp")
+	require.NoError(v.t, os.WriteFile(tmp, []byte(content), 0o644))
+	require.NoError(v.t, os.Rename(tmp, filepath.Join(v.dir, "etc", name)))
+}
+
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for line := range strings.Lines(strings.TrimLeft(s, "\n")) {
+		b.WriteString(prefix + line)
+	}
+	return b.String()
+}
+
+// start runs vm-runner and returns once qemu's test monitor answers.
+func (v *vm) start() *qmp.Monitor {
+	v.t.Helper()
+	v.output = filepath.Join(v.dir, "runner.log")
+	out, err := os.Create(v.output)
+	require.NoError(v.t, err)
+	v.cmd = exec.Command(vmRunner, "-c", v.config, "--template-dir", filepath.Join(v.dir, "templates"))
+	v.cmd.Stdout, v.cmd.Stderr = out, out
+	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(v.t, v.cmd.Start())
+	v.exited = make(chan struct{})
+	go func() {
+		_ = v.cmd.Wait()
+		v.exitCode = v.cmd.ProcessState.ExitCode()
+		out.Close()
+		close(v.exited)
+	}()
+	v.t.Cleanup(func() {
+		_ = v.cmd.Process.Kill()
+		<-v.exited
+		if v.t.Failed() {
+			log, _ := os.ReadFile(v.output)
+			v.t.Logf("vm-runner output:\n%s", log)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mon, err := qmp.Dial(ctx, filepath.Join(v.runtime, "test.sock"))
+	require.NoError(v.t, err, "the runner did not start qemu")
+	v.t.Cleanup(func() { mon.Close() })
+	return mon
+}
+
+// wait waits for the runner to exit and returns its exit code.
+func (v *vm) wait(timeout time.Duration) int {
+	v.t.Helper()
+	select {
+	case <-v.exited:
+		return v.exitCode
+	case <-time.After(timeout):
+		v.t.Fatalf("vm-runner did not exit within %s", timeout)
+		return -1
+	}
+}
+
+// eventually polls f until it returns nil.
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitRunning waits until the runner has let the guest run.
+func waitRunning(t *testing.T, mon *qmp.Monitor) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		st, err := mon.QueryStatus(t.Context())
+		if err == nil && !st.Running {
+			err = errors.New("not running: " + st.Status)
+		}
+		return err
+	})
+}
+
+func pluggedCPUs(ctx context.Context, mon *qmp.Monitor) (int, error) {
+	cpus, err := mon.QueryHotpluggableCPUs(ctx)
+	n := 0
+	for _, c := range cpus {
+		if c.Plugged() {
+			n++
+		}
+	}
+	return n, err
+}
+
+func cdMedium(ctx context.Context, mon *qmp.Monitor, id string) (string, error) {
+	blocks, err := mon.QueryBlock(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, b := range blocks {
+		if b.Device == id+"-drive" {
+			if b.Inserted == nil {
+				return "", nil
+			}
+			return b.Inserted.File, nil
+		}
+	}
+	return "", fmt.Errorf("no drive %s", id)
+}
+
+// firmwareVM has no guest OS: SeaBIOS answers nothing, which is enough to
+// see qemu's side of every change and a guest that ignores ACPI.
+const firmwareVM = `
+firmware: bios
+powerdownTimeout: 30
+maximumCpus: 4
+currentCpus: 1
+maximumRam: 256Mi
+currentRam: 192Mi
+drives:
+- type: ide-cd
+  file: DIR/a.iso
+display:
+  spice:
+    port: SPICEPORT
+`
+
+func TestLiveChangesWithoutGuest(t *testing.T) {
+	v := newVM(t, firmwareVM)
+	v.writeFile("display-password", "first")
+	mon := v.start()
+	ctx := t.Context()
+	spice := fmt.Sprintf("127.0.0.1:%d", v.spicePort)
+
+	waitRunning(t, mon)
+	n, err := pluggedCPUs(ctx, mon)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	medium, err := cdMedium(ctx, mon, "cd0")
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(v.dir, "a.iso"), medium)
+	ok, err := spicetest.Login(ctx, spice, "first")
+	require.NoError(t, err)
+	require.True(t, ok, "the display password of the Secret works")
+
+	t.Run("CPUs are plugged", func(t *testing.T) {
+		v.writeConfig(strings.Replace(firmwareVM, "currentCpus: 1", "currentCpus: 3", 1))
+		eventually(t, 10*time.Second, func() error {
+			n, err := pluggedCPUs(ctx, mon)
+			if err == nil && n != 3 {
+				err = fmt.Errorf("%d CPUs", n)
+			}
+			return err
+		})
+	})
+	t.Run("CD medium is changed and removed", func(t *testing.T) {
+		cfg := strings.Replace(firmwareVM, "currentCpus: 1", "currentCpus: 3", 1)
+		v.writeConfig(strings.Replace(cfg, "a.iso", "b.iso", 1))
+		eventually(t, 10*time.Second, func() error {
+			m, err := cdMedium(ctx, mon, "cd0")
+			if err == nil && m != filepath.Join(v.dir, "b.iso") {
+				err = fmt.Errorf("medium %q", m)
+			}
+			return err
+		})
+		v.writeConfig(strings.Replace(cfg, "file: DIR/a.iso", "file: \"\"", 1))
+		eventually(t, 10*time.Second, func() error {
+			m, err := cdMedium(ctx, mon, "cd0")
+			if err == nil && m != "" {
+				err = fmt.Errorf("medium %q", m)
+			}
+			return err
+		})
+	})
+	t.Run("display password changes and expires", func(t *testing.T) {
+		v.writeFile("display-password", "second")
+		eventually(t, 10*time.Second, func() error {
+			if ok, err := spicetest.Login(ctx, spice, "second"); err != nil || !ok {
+				return fmt.Errorf("new password refused: %v", err)
+			}
+			return nil
+		})
+		ok, err := spicetest.Login(ctx, spice, "first")
+		require.NoError(t, err)
+		require.False(t, ok, "the old password is refused")
+		v.writeFile("password-expiry", "now")
+		eventually(t, 10*time.Second, func() error {
+			if ok, err := spicetest.Login(ctx, spice, "second"); err != nil || ok {
+				return fmt.Errorf("expired password accepted: %v", err)
+			}
+			return nil
+		})
+	})
+	t.Run("an invalid config keeps the VM", func(t *testing.T) {
+		v.writeConfig("maximumRam: 4Gx\n")
+		time.Sleep(500 * time.Millisecond)
+		st, err := mon.QueryStatus(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Running)
+		log, _ := os.ReadFile(v.output)
+		require.Contains(t, string(log), "The changed config is invalid")
+	})
+	t.Run("powerdownTimeout changed during the shutdown counts", func(t *testing.T) {
+		v.writeConfig(strings.Replace(firmwareVM, "currentCpus: 1", "currentCpus: 3", 1))
+		start := time.Now()
+		require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
+		time.Sleep(time.Second)
+		v.writeConfig(strings.Replace(firmwareVM, "powerdownTimeout: 30", "powerdownTimeout: 2", 1))
+		code := v.wait(20 * time.Second)
+		took := time.Since(start)
+		require.Equal(t, runner.ExitForced, code, "SeaBIOS ignores ACPI: the stop is forced")
+		require.Less(t, took, 10*time.Second, "the shortened timeout applied")
+		require.GreaterOrEqual(t, took, 2*time.Second)
+		log, _ := os.ReadFile(v.output)
+		require.Contains(t, string(log), "did not shut down in time")
+	})
+}
+
+func TestQemuKilled(t *testing.T) {
+	v := newVM(t, firmwareVM)
+	mon := v.start()
+	waitRunning(t, mon)
+	pid := qemuPID(t, v)
+	killed := time.Now()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	code := v.wait(5 * time.Second)
+	require.Less(t, time.Since(killed), time.Second, "the runner notices at once")
+	require.Equal(t, runner.ExitCrashed, code)
+	log, _ := os.ReadFile(v.output)
+	require.Contains(t, string(log), "killed")
+}
+
+// qemuPID finds the qemu child of the runner; any of the runner's threads
+// may have forked it.
+func qemuPID(t *testing.T, v *vm) int {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", v.cmd.Process.Pid))
+	require.NoError(t, err)
+	for _, task := range tasks {
+		children, _ := os.ReadFile(task)
+		for _, f := range strings.Fields(string(children)) {
+			var pid int
+			_, _ = fmt.Sscan(f, &pid)
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "qemu") {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no qemu child of %d", v.cmd.Process.Pid)
+	return 0
+}
+
+func TestInvalidConfigNeverStartsQemu(t *testing.T) {
+	v := newVM(t, "maximumRam: 4Gx\ncurrentCpus: 0\n")
+	marker := filepath.Join(v.dir, "qemu-started")
+	fake := filepath.Join(v.dir, "fake-qemu")
+	require.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755))
+	out, err := exec.Command(vmRunner, "-c", v.config, "--qemu", fake).CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, runner.ExitConfig, ee.ExitCode())
+	require.Contains(t, string(out), v.config)
+	require.Contains(t, string(out), "/Runner.vm.maximumRam")
+	require.NoFileExists(t, marker)
+}

@@ -1,0 +1,39 @@
+package runner
+
+import "context"
+
+// Status is what the runner observes of its VM, for the VirtualMachine's
+// status.
+type Status struct {
+	Running bool
+	// Booted: the guest agent is connected.
+	Booted                bool
+	CPUs                  int
+	RAM                   int64
+	ConsoleClient         string
+	DisplayPasswordSerial int64
+	// RestartRequired lists changed fields that apply at the next start.
+	RestartRequired []string
+}
+
+// Reporter passes the runner's observations on (in a cluster, to the
+// VirtualMachine's status).
+type Reporter interface {
+	// Report is called with the whole status after every change.
+	Report(ctx context.Context, s Status)
+	// SetStopped sets the VM's desired state to Stopped, so that a guest
+	// that shut itself down is not started again (guestShutdownStops).
+	SetStopped(ctx context.Context) error
+}
+
+type nopReporter struct{}
+
+func (nopReporter) Report(context.Context, Status)   {}
+func (nopReporter) SetStopped(context.Context) error { return nil }
+
+func (r *Runner) report(ctx context.Context) {
+	r.opts.Reporter.Report(ctx, r.status)
+}
+
+// Status returns the last observed status.
+func (r *Runner) Status() Status { return r.status }

@@ -1,0 +1,465 @@
+// Package runnerstatus is vm-runner's runner.Reporter for a cluster: it
+// writes what the runner observes to its VirtualMachine's status, and stops
+// the VM (VirtualMachine or, in GitOps mode, StatefulSet) on request.
+package runnerstatus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/runner"
+	"github.com/vmop/vmop/pkg/version"
+)
+
+// FieldManager owns the status fields that the runner writes.
+const FieldManager = "vm-runner"
+
+// Condition types, reasons and messages that the runner writes.
+const (
+	ConditionRunning         = "Running"
+	ConditionBooted          = "Booted"
+	ConditionRestartRequired = "RestartRequired"
+
+	ReasonVMStarted              = "VmStarted"
+	ReasonVMStopped              = "VmStopped"
+	ReasonGuestAgentConnected    = "GuestAgentConnected"
+	ReasonGuestAgentNotConnected = "GuestAgentNotConnected"
+	ReasonFieldsChanged          = "FieldsChanged"
+	ReasonUpToDate               = "UpToDate"
+)
+
+// ErrNotInCluster tells that the runner does not run in a pod, so there is
+// no VirtualMachine to report to.
+var ErrNotInCluster = rest.ErrNotInCluster
+
+// namespaceFile is where a pod finds its namespace.
+const namespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// options are the timings; tests shorten them.
+type options struct {
+	// settle gathers a burst of reports into one write.
+	settle time.Duration
+	// minBackoff and maxBackoff bound the wait after a failed request.
+	minBackoff, maxBackoff time.Duration
+	// absentRecheck is how long a missing VirtualMachine is believed absent.
+	absentRecheck time.Duration
+	// stopTimeout bounds Stop when its context has no deadline.
+	stopTimeout time.Duration
+	// now stamps lastTransitionTime.
+	now func() time.Time
+}
+
+var defaultOptions = options{
+	settle:        100 * time.Millisecond,
+	minBackoff:    time.Second,
+	maxBackoff:    time.Minute,
+	absentRecheck: time.Minute,
+	stopTimeout:   10 * time.Second,
+	now:           time.Now,
+}
+
+// vmState is what the reporter believes about the VirtualMachine.
+type vmState int
+
+const (
+	vmUnknown vmState = iota
+	vmPresent
+	vmAbsent
+)
+
+// Reporter writes the runner's status to a VirtualMachine. It implements
+// runner.Reporter; all methods are safe for concurrent use.
+type Reporter struct {
+	namespace, name string
+	log             *slog.Logger
+	opts            options
+	vms             dynamic.ResourceInterface
+	clientset       kubernetes.Interface
+
+	mu     sync.Mutex
+	latest runner.Status
+	have   bool // latest was reported
+
+	notify   chan struct{}
+	stopping chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	finalErr error // set before done is closed
+	runCtx   context.Context
+	cancel   context.CancelFunc
+
+	// Owned by the goroutine.
+	state      vmState
+	generation int64
+	// conditions are the VirtualMachine's as last read, by type.
+	conditions map[string]metav1.Condition
+	written    *runner.Status
+	failures   int
+}
+
+var _ runner.Reporter = (*Reporter)(nil)
+
+// New returns a Reporter for the VirtualMachine namespace/vm and starts
+// its writer; Stop ends it. A nil log means slog.Default().
+func New(cfg *rest.Config, namespace, vm string, log *slog.Logger) (*Reporter, error) {
+	return newReporter(cfg, namespace, vm, log, defaultOptions)
+}
+
+// InCluster is New with the pod's service account and namespace. Outside
+// a pod it returns an error that matches ErrNotInCluster (errors.Is), so
+// that a caller can run without reporting.
+func InCluster(vm string, log *slog.Logger) (*Reporter, error) {
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := os.ReadFile(namespaceFile)
+	if err != nil {
+		return nil, fmt.Errorf("namespace of the pod: %w", err)
+	}
+	return New(cfg, strings.TrimSpace(string(ns)), vm, log)
+}
+
+func newReporter(cfg *rest.Config, namespace, vm string, log *slog.Logger, opts options) (*Reporter, error) {
+	if namespace == "" || vm == "" {
+		return nil, fmt.Errorf("status reporter: namespace (%q) and VM name (%q) are required", namespace, vm)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.Timeout == 0 {
+		// A hung request must not hold up Stop or a later status.
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "vm-runner/" + version.Get()
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("status reporter: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("status reporter: %w", err)
+	}
+	r := &Reporter{
+		namespace: namespace,
+		name:      vm,
+		log:       log.With("vm", namespace+"/"+vm),
+		opts:      opts,
+		vms:       dc.Resource(v1.GroupVersionResource).Namespace(namespace),
+		clientset: cs,
+		notify:    make(chan struct{}, 1),
+		stopping:  make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	r.runCtx, r.cancel = context.WithCancel(context.Background())
+	go r.run()
+	return r, nil
+}
+
+// Report hands s to the writer and returns at once; of a burst only the
+// newest status is written. ctx is not used: the write outlives the call.
+func (r *Reporter) Report(_ context.Context, s runner.Status) {
+	s.RestartRequired = slices.Clone(s.RestartRequired)
+	r.mu.Lock()
+	r.latest, r.have = s, true
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Stop writes the final status (the VM not running, as qemu ends with the
+// runner) and ends the writer. ctx bounds the write; without a deadline a
+// default applies. Pass a fresh context: the runner's is usually
+// cancelled by then. Later calls return the first result.
+func (r *Reporter) Stop(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.opts.stopTimeout)
+		defer cancel()
+	}
+	r.stopOnce.Do(func() { close(r.stopping) })
+	// An expired ctx aborts the request in flight too.
+	defer context.AfterFunc(ctx, r.cancel)()
+	select {
+	case <-r.done:
+		return r.finalErr
+	case <-ctx.Done():
+		return fmt.Errorf("final status of %s/%s: %w", r.namespace, r.name, ctx.Err())
+	}
+}
+
+// SetStopped sets the VirtualMachine's spec.vm.state to Stopped or, when
+// there is no VirtualMachine (GitOps mode), scales the StatefulSet named
+// like it to 0.
+func (r *Reporter) SetStopped(ctx context.Context) error {
+	patch := []byte(`{"spec":{"vm":{"state":"Stopped"}}}`)
+	_, err := r.vms.Patch(ctx, r.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err == nil {
+		r.log.Info("Set the VirtualMachine's state to Stopped")
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("virtualmachine %s/%s: set spec.vm.state to Stopped: %w", r.namespace, r.name, err)
+	}
+	// No resourceVersion: scale to 0 whatever the current replicas.
+	scale := &autoscalingv1.Scale{
+		ObjectMeta: metav1.ObjectMeta{Name: r.name, Namespace: r.namespace},
+		Spec:       autoscalingv1.ScaleSpec{Replicas: 0},
+	}
+	_, err = r.clientset.AppsV1().StatefulSets(r.namespace).UpdateScale(ctx, r.name, scale, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return fmt.Errorf("statefulset %s/%s: scale to 0: %w", r.namespace, r.name, err)
+	}
+	r.log.Info("No VirtualMachine; scaled the StatefulSet to 0 (a GitOps sync may start it again)")
+	return nil
+}
+
+// run is the writer: it wakes on reports (after a settle time, to gather
+// bursts) and on its retry timer, until Stop.
+func (r *Reporter) run() {
+	defer close(r.done)
+	defer r.cancel()
+	var (
+		timer   *time.Timer
+		timerC  <-chan time.Time
+		nextTry time.Time
+	)
+	arm := func(at time.Time) {
+		if timerC != nil {
+			return // already due; a report then finds the newest status
+		}
+		timer = time.NewTimer(time.Until(at))
+		timerC = timer.C
+	}
+	arm(time.Now()) // look for the VirtualMachine at once
+	for {
+		select {
+		case <-r.stopping:
+			if timer != nil {
+				timer.Stop()
+			}
+			r.finalErr = r.final()
+			return
+		case <-r.notify:
+			at := time.Now().Add(r.opts.settle)
+			if at.Before(nextTry) {
+				at = nextTry
+			}
+			arm(at)
+		case <-timerC:
+			timerC = nil
+			nextTry = r.step(r.runCtx)
+			if !nextTry.IsZero() {
+				arm(nextTry)
+			}
+		}
+	}
+}
+
+// step brings the status up to date; it returns when to try again, or
+// zero when only a new report needs another step.
+func (r *Reporter) step(ctx context.Context) time.Time {
+	if r.state != vmPresent {
+		vm, err := r.vms.Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			return r.failed(err, "read")
+		}
+		if r.state == vmAbsent {
+			r.log.Info("The VirtualMachine exists now; reporting its status")
+		}
+		r.state = vmPresent
+		r.observe(vm)
+	}
+	r.mu.Lock()
+	s, have := r.latest, r.have
+	r.mu.Unlock()
+	if !have || (r.written != nil && sameStatus(*r.written, s)) {
+		return time.Time{}
+	}
+	vm, err := r.vms.ApplyStatus(ctx, r.name, r.statusObject(s), metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if err != nil {
+		return r.failed(err, "write status of")
+	}
+	r.written = &s
+	r.failures = 0
+	r.observe(vm)
+	r.log.Debug("Wrote the status", "running", s.Running, "booted", s.Booted, "cpus", s.CPUs, "ram", s.RAM)
+	return time.Time{}
+}
+
+// failed logs err and tells when to try again: after a minute for a
+// missing VirtualMachine (GitOps mode has none), else with backoff.
+func (r *Reporter) failed(err error, what string) time.Time {
+	if apierrors.IsNotFound(err) {
+		if r.state != vmAbsent {
+			r.log.Info("No VirtualMachine (GitOps mode?); the status is not reported", "recheck", r.opts.absentRecheck)
+		}
+		r.state = vmAbsent
+		r.written = nil
+		r.failures = 0
+		return time.Now().Add(r.opts.absentRecheck)
+	}
+	if errors.Is(err, context.Canceled) {
+		return time.Time{}
+	}
+	d := r.opts.minBackoff << min(r.failures, 16)
+	if d <= 0 || d > r.opts.maxBackoff {
+		d = r.opts.maxBackoff
+	}
+	r.failures++
+	attrs := []any{"err", err, "retry", d}
+	if apierrors.IsForbidden(err) {
+		attrs = append(attrs, "hint", "the vm-runner service account needs the vm-runner Role")
+	}
+	r.log.Warn("Cannot "+what+" the VirtualMachine", attrs...)
+	return time.Now().Add(d)
+}
+
+// final writes the status for a stopped runner, retrying until the
+// context ends; a missing VirtualMachine is no error.
+func (r *Reporter) final() error {
+	r.mu.Lock()
+	r.latest.Running, r.latest.Booted, r.latest.ConsoleClient = false, false, ""
+	r.have = true
+	r.mu.Unlock()
+	var err error
+	for {
+		if r.state == vmAbsent {
+			return nil
+		}
+		next := r.step(r.runCtx)
+		if next.IsZero() {
+			if r.runCtx.Err() != nil {
+				return fmt.Errorf("final status of %s/%s: %w", r.namespace, r.name, r.runCtx.Err())
+			}
+			return nil
+		}
+		err = fmt.Errorf("final status of %s/%s not written", r.namespace, r.name)
+		// Shorter waits than in the loop: Stop's deadline is near.
+		wait := min(time.Until(next), 500*time.Millisecond)
+		select {
+		case <-r.runCtx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// observe takes the generation and conditions from a read or written VM.
+func (r *Reporter) observe(vm *unstructured.Unstructured) {
+	r.generation = vm.GetGeneration()
+	r.conditions = map[string]metav1.Condition{}
+	raw, found, err := unstructured.NestedFieldNoCopy(vm.Object, "status")
+	if err != nil || !found {
+		return
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return
+	}
+	var st v1.VirtualMachineStatus
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &st); err != nil {
+		r.log.Warn("Cannot read the VirtualMachine's status", "err", err)
+		return
+	}
+	for _, c := range st.Conditions {
+		r.conditions[c.Type] = c
+	}
+}
+
+// statusObject is the apply configuration: only the fields the runner
+// owns, so that the operator's fields and conditions stay. A field left
+// out is removed, since the runner owned it before.
+func (r *Reporter) statusObject(s runner.Status) *unstructured.Unstructured {
+	status := map[string]any{
+		"conditions":    r.conditionList(s),
+		"runnerVersion": version.Get(),
+	}
+	if s.CPUs != 0 {
+		status["cpus"] = int64(s.CPUs)
+	}
+	if s.RAM != 0 {
+		status["ram"] = resource.NewQuantity(s.RAM, resource.BinarySI).String()
+	}
+	if s.ConsoleClient != "" {
+		status["consoleClient"] = s.ConsoleClient
+	}
+	if s.DisplayPasswordSerial != 0 {
+		status["displayPasswordSerial"] = s.DisplayPasswordSerial
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1.APIVersion,
+		"kind":       v1.Kind,
+		"metadata":   map[string]any{"name": r.name, "namespace": r.namespace},
+		"status":     status,
+	}}
+}
+
+// conditionList builds the runner's conditions; a condition keeps its
+// lastTransitionTime unless its status flips.
+func (r *Reporter) conditionList(s runner.Status) []any {
+	running := cond(ConditionRunning, s.Running, ReasonVMStarted, "The VM is running.", ReasonVMStopped, "The VM is not running.")
+	booted := cond(ConditionBooted, s.Booted, ReasonGuestAgentConnected, "The guest agent is connected.",
+		ReasonGuestAgentNotConnected, "The guest agent is not connected.")
+	restart := cond(ConditionRestartRequired, len(s.RestartRequired) > 0,
+		ReasonFieldsChanged, "Changes apply at the next start: "+strings.Join(s.RestartRequired, ", ")+".",
+		ReasonUpToDate, "All changes are applied.")
+	now := metav1.NewTime(r.opts.now().Truncate(time.Second))
+	var list []any
+	for _, c := range []metav1.Condition{running, booted, restart} {
+		c.ObservedGeneration = r.generation
+		c.LastTransitionTime = now
+		if old, ok := r.conditions[c.Type]; ok && old.Status == c.Status && !old.LastTransitionTime.IsZero() {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+		list = append(list, map[string]any{
+			"type":               c.Type,
+			"status":             string(c.Status),
+			"reason":             c.Reason,
+			"message":            c.Message,
+			"observedGeneration": c.ObservedGeneration,
+			"lastTransitionTime": c.LastTransitionTime.UTC().Format(time.RFC3339),
+		})
+	}
+	return list
+}
+
+func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string) metav1.Condition {
+	if on {
+		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: trueReason, Message: trueMsg}
+	}
+	return metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: falseReason, Message: falseMsg}
+}
+
+// sameStatus compares statuses; nil and empty RestartRequired are equal.
+func sameStatus(a, b runner.Status) bool {
+	if len(a.RestartRequired) == 0 && len(b.RestartRequired) == 0 {
+		a.RestartRequired, b.RestartRequired = nil, nil
+	}
+	return reflect.DeepEqual(a, b)
+}

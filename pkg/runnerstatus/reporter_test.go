@@ -1,0 +1,564 @@
+package runnerstatus
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/vmop/vmop/internal/testcluster"
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/runner"
+	"github.com/vmop/vmop/pkg/version"
+)
+
+const gib = 1 << 30
+
+// testOptions keep the real settle time (the burst test measures it) but
+// retry sooner.
+func testOptions() options {
+	o := defaultOptions
+	o.minBackoff = 50 * time.Millisecond
+	o.maxBackoff = 500 * time.Millisecond
+	return o
+}
+
+// env is what the subtests share: one cluster.
+type env struct {
+	t   *testing.T
+	cfg *rest.Config
+	dyn *dynamic.DynamicClient
+	cs  *kubernetes.Clientset
+}
+
+func TestReporter(t *testing.T) {
+	c := testcluster.New(t)
+	ctx := t.Context()
+	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))
+	e := &env{t: t, cfg: c.Config}
+	var err error
+	e.dyn, err = dynamic.NewForConfig(c.Config)
+	require.NoError(t, err)
+	e.cs, err = kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+
+	t.Run("status fields appear and Stop writes the final state", func(t *testing.T) {
+		e.createVM(t, "default", "fields")
+		logs := &logBuffer{}
+		r := e.reporter(t, e.cfg, "default", "fields", logs, testOptions())
+		r.Report(ctx, runner.Status{
+			Running: true, CPUs: 2, RAM: 4 * gib, ConsoleClient: "192.168.1.20",
+			DisplayPasswordSerial: 3, RestartRequired: []string{"maximumCpus", "firmware"},
+		})
+		st := e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
+		require.Equal(t, "4Gi", st.RAM)
+		require.Equal(t, "192.168.1.20", st.ConsoleClient)
+		require.EqualValues(t, 3, st.DisplayPasswordSerial)
+		require.Equal(t, version.Get(), st.RunnerVersion)
+		gen := e.getVM(t, "default", "fields").GetGeneration()
+		running := condition(t, st, ConditionRunning)
+		require.Equal(t, metav1.ConditionTrue, running.Status)
+		require.Equal(t, ReasonVMStarted, running.Reason)
+		require.Equal(t, gen, running.ObservedGeneration)
+		booted := condition(t, st, ConditionBooted)
+		require.Equal(t, metav1.ConditionFalse, booted.Status)
+		require.Equal(t, ReasonGuestAgentNotConnected, booted.Reason)
+		restart := condition(t, st, ConditionRestartRequired)
+		require.Equal(t, metav1.ConditionTrue, restart.Status)
+		require.Equal(t, ReasonFieldsChanged, restart.Reason)
+		require.Contains(t, restart.Message, "maximumCpus, firmware")
+
+		// The runner's fields belong to its field manager, on the status.
+		var owned bool
+		for _, mf := range e.getVM(t, "default", "fields").GetManagedFields() {
+			owned = owned || mf.Manager == FieldManager && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "status"
+		}
+		require.True(t, owned, "no apply entry of %s on the status", FieldManager)
+
+		// Booted, restart done; the console client leaves.
+		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2, RAM: 4 * gib, DisplayPasswordSerial: 3})
+		st = e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool {
+			return condition(t, st, ConditionBooted).Status == metav1.ConditionTrue
+		})
+		require.Empty(t, st.ConsoleClient)
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionRestartRequired).Status)
+		require.Equal(t, ReasonGuestAgentConnected, condition(t, st, ConditionBooted).Reason)
+
+		// Stop flushes a stopped VM before it returns.
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(stopCtx))
+		st = e.status(t, "default", "fields")
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionRunning).Status)
+		require.Equal(t, ReasonVMStopped, condition(t, st, ConditionRunning).Reason)
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionBooted).Status)
+		require.EqualValues(t, 2, st.CPUs)
+		require.NoError(t, r.Stop(stopCtx), "a second Stop")
+		require.Zero(t, logs.count("level=WARN"), logs.String())
+	})
+
+	t.Run("bursts coalesce and unchanged status is not written", func(t *testing.T) {
+		e.createVM(t, "default", "burst")
+		cfg, counts := counting(e.cfg)
+		r := e.reporter(t, cfg, "default", "burst", nil, testOptions())
+		statusPatches := func() int {
+			return counts.get("PATCH /apis/vmoperator.jdrupes.org/v1/namespaces/default/vms/burst/status")
+		}
+
+		// A tight burst.
+		for i := range 100 {
+			r.Report(ctx, runner.Status{Running: true, CPUs: i + 1, RAM: gib})
+		}
+		e.waitStatus(t, "default", "burst", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 100 })
+		time.Sleep(300 * time.Millisecond) // would show late writes
+		tight := statusPatches()
+		t.Logf("100 reports at once: %d status writes", tight)
+		require.LessOrEqual(t, tight, 2)
+		require.EqualValues(t, 100, e.status(t, "default", "burst").CPUs)
+
+		// The same status again: nothing to write.
+		for range 20 {
+			r.Report(ctx, runner.Status{Running: true, CPUs: 100, RAM: gib})
+		}
+		time.Sleep(300 * time.Millisecond)
+		require.Equal(t, tight, statusPatches(), "unchanged status was written")
+
+		// A burst spread over about half a second: about one write per
+		// settle time.
+		start := time.Now()
+		for i := range 100 {
+			r.Report(ctx, runner.Status{Running: true, CPUs: 101 + i, RAM: 2 * gib})
+			time.Sleep(5 * time.Millisecond)
+		}
+		elapsed := time.Since(start)
+		st := e.waitStatus(t, "default", "burst", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 200 })
+		require.Equal(t, "2Gi", st.RAM)
+		time.Sleep(300 * time.Millisecond)
+		spread := statusPatches() - tight
+		t.Logf("100 reports over %v: %d status writes; requests in all: %v", elapsed.Round(time.Millisecond), spread, counts.snapshot())
+		require.LessOrEqual(t, spread, int(elapsed/defaultOptions.settle)+2)
+		require.Equal(t, 1, counts.get("GET /apis/vmoperator.jdrupes.org/v1/namespaces/default/vms/burst"), "the VM is read once")
+	})
+
+	t.Run("lastTransitionTime changes only when the status flips", func(t *testing.T) {
+		e.createVM(t, "default", "flips")
+		clock := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+		opts := testOptions()
+		opts.now = clock.Now
+		r := e.reporter(t, e.cfg, "default", "flips", nil, opts)
+		t0 := clock.Now()
+		r.Report(ctx, runner.Status{Running: true, CPUs: 1})
+		st := e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 1 })
+		requireLTT(t, st, ConditionRunning, t0)
+		requireLTT(t, st, ConditionBooted, t0)
+
+		t1 := clock.Add(time.Hour)
+		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2})
+		st = e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
+		requireLTT(t, st, ConditionRunning, t0)
+		requireLTT(t, st, ConditionBooted, t1)
+		requireLTT(t, st, ConditionRestartRequired, t0)
+
+		t2 := clock.Add(time.Hour)
+		r.Report(ctx, runner.Status{Running: false, Booted: true, CPUs: 3})
+		st = e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 3 })
+		requireLTT(t, st, ConditionRunning, t2)
+		requireLTT(t, st, ConditionBooted, t1)
+
+		// A restarted runner keeps the times of what did not flip.
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(stopCtx))
+		st = e.status(t, "default", "flips")
+		requireLTT(t, st, ConditionBooted, t2) // Stop flipped it
+		r2 := e.reporter(t, e.cfg, "default", "flips", nil, opts)
+		clock.Add(time.Hour)
+		r2.Report(ctx, runner.Status{Running: false, CPUs: 4})
+		st = e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 4 })
+		requireLTT(t, st, ConditionRunning, t2)
+		requireLTT(t, st, ConditionBooted, t2)
+		requireLTT(t, st, ConditionRestartRequired, t0)
+	})
+
+	t.Run("the operator's conditions and fields survive", func(t *testing.T) {
+		e.createVM(t, "default", "shared")
+		vms := e.dyn.Resource(v1.GroupVersionResource).Namespace("default")
+		operatorApply := func(ready metav1.ConditionStatus) {
+			t.Helper()
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": v1.APIVersion, "kind": v1.Kind,
+				"metadata": map[string]any{"name": "shared", "namespace": "default"},
+				"status": map[string]any{
+					"node": "node-1",
+					"conditions": []any{map[string]any{
+						"type": "Ready", "status": string(ready), "reason": "Reconciled", "message": "",
+						"lastTransitionTime": "2029-01-01T00:00:00Z",
+					}},
+				},
+			}}
+			_, err := vms.ApplyStatus(ctx, "shared", obj, metav1.ApplyOptions{FieldManager: "vm-operator"})
+			require.NoError(t, err)
+		}
+		operatorApply(metav1.ConditionTrue)
+
+		r := e.reporter(t, e.cfg, "default", "shared", nil, testOptions())
+		r.Report(ctx, runner.Status{Running: true, CPUs: 1})
+		st := e.waitStatus(t, "default", "shared", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 1 })
+		require.Equal(t, metav1.ConditionTrue, condition(t, st, "Ready").Status)
+		require.Equal(t, "node-1", st.Node)
+
+		// The operator's next apply keeps the runner's conditions...
+		operatorApply(metav1.ConditionFalse)
+		st = e.status(t, "default", "shared")
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, "Ready").Status)
+		require.Equal(t, metav1.ConditionTrue, condition(t, st, ConditionRunning).Status)
+		require.EqualValues(t, 1, st.CPUs)
+
+		// ...and the runner's next one the operator's.
+		r.Report(ctx, runner.Status{Running: true, CPUs: 2})
+		st = e.waitStatus(t, "default", "shared", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, "Ready").Status)
+		require.Equal(t, "node-1", st.Node)
+		require.Len(t, st.Conditions, 4)
+	})
+
+	t.Run("a missing VirtualMachine is looked up rarely and nothing is written", func(t *testing.T) {
+		cfg, counts := counting(e.cfg)
+		logs := &logBuffer{}
+		r := e.reporter(t, cfg, "default", "ghost", logs, testOptions())
+		for i := range 50 {
+			r.Report(ctx, runner.Status{Running: true, CPUs: i})
+		}
+		time.Sleep(500 * time.Millisecond)
+		require.Equal(t, map[string]int{"GET /apis/vmoperator.jdrupes.org/v1/namespaces/default/vms/ghost": 1}, counts.snapshot())
+		require.Equal(t, 1, logs.count("No VirtualMachine"), logs.String())
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(stopCtx))
+		// Neither a VirtualMachine nor a StatefulSet: an error, no panic.
+		err := r.SetStopped(ctx)
+		require.Error(t, err)
+		require.True(t, apierrors.IsNotFound(err), "%v", err)
+	})
+
+	t.Run("a VirtualMachine created later gets the status", func(t *testing.T) {
+		opts := testOptions()
+		opts.absentRecheck = 300 * time.Millisecond
+		logs := &logBuffer{}
+		r := e.reporter(t, e.cfg, "default", "late", logs, opts)
+		r.Report(ctx, runner.Status{Running: true, CPUs: 3})
+		require.Eventually(t, func() bool { return logs.count("No VirtualMachine") == 1 }, 5*time.Second, 20*time.Millisecond)
+		e.createVM(t, "default", "late")
+		e.waitStatus(t, "default", "late", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 3 })
+		require.Equal(t, 1, logs.count("exists now"), logs.String())
+	})
+
+	t.Run("SetStopped with a VirtualMachine sets spec.vm.state", func(t *testing.T) {
+		e.createVM(t, "default", "stop-vm")
+		e.createStatefulSet(t, "default", "stop-vm") // must stay untouched
+		r := e.reporter(t, e.cfg, "default", "stop-vm", nil, testOptions())
+		require.NoError(t, r.SetStopped(ctx))
+		state, _, _ := unstructured.NestedString(e.getVM(t, "default", "stop-vm").Object, "spec", "vm", "state")
+		require.Equal(t, "Stopped", state)
+		require.EqualValues(t, 1, e.replicas(t, "default", "stop-vm"))
+	})
+
+	t.Run("SetStopped without a VirtualMachine scales the StatefulSet", func(t *testing.T) {
+		e.createStatefulSet(t, "default", "stop-sts")
+		r := e.reporter(t, e.cfg, "default", "stop-sts", nil, testOptions())
+		require.NoError(t, r.SetStopped(ctx))
+		require.EqualValues(t, 0, e.replicas(t, "default", "stop-sts"))
+	})
+
+	t.Run("forbidden requests are logged, not fatal", func(t *testing.T) {
+		e.createVM(t, "default", "forbidden")
+		cfg := rest.CopyConfig(e.cfg)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "nobody"}
+		logs := &logBuffer{}
+		r := e.reporter(t, cfg, "default", "forbidden", logs, testOptions())
+		r.Report(ctx, runner.Status{Running: true, CPUs: 1})
+		require.Eventually(t, func() bool { return logs.count("forbidden") >= 2 }, 10*time.Second, 20*time.Millisecond,
+			"retries with backoff: %s", logs.String())
+		err := r.SetStopped(ctx)
+		require.True(t, apierrors.IsForbidden(err), "%v", err)
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		require.Error(t, r.Stop(stopCtx))
+		require.Empty(t, e.status(t, "default", "forbidden").Conditions)
+	})
+
+	t.Run("the Role grants all the reporter needs", func(t *testing.T) {
+		const ns = "rbac"
+		_, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = e.cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "vm-runner"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		role, err := Role(ns)
+		require.NoError(t, err)
+		_, err = e.cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = e.cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "vm-runner"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "vm-runner", Namespace: ns}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+
+		cfg := rest.CopyConfig(e.cfg)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":vm-runner"}
+		e.createVM(t, ns, "vm")
+		e.createStatefulSet(t, ns, "gitops")
+		// RBAC takes a moment to see a new binding.
+		sa, err := dynamic.NewForConfig(cfg)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			_, err := sa.Resource(v1.GroupVersionResource).Namespace(ns).Get(ctx, "vm", metav1.GetOptions{})
+			return err == nil
+		}, 10*time.Second, 50*time.Millisecond)
+
+		logs := &logBuffer{}
+		r := e.reporter(t, cfg, ns, "vm", logs, testOptions())
+		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2, RAM: gib, ConsoleClient: "c", DisplayPasswordSerial: 1})
+		e.waitStatus(t, ns, "vm", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
+		require.NoError(t, r.SetStopped(ctx))
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(stopCtx))
+		st := e.status(t, ns, "vm")
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionRunning).Status)
+		state, _, _ := unstructured.NestedString(e.getVM(t, ns, "vm").Object, "spec", "vm", "state")
+		require.Equal(t, "Stopped", state)
+
+		// GitOps mode: the VirtualMachine lookup is a 404, not a 403.
+		gitops := e.reporter(t, cfg, ns, "gitops", logs, testOptions())
+		gitops.Report(ctx, runner.Status{Running: true})
+		require.Eventually(t, func() bool { return logs.count("No VirtualMachine") == 1 }, 5*time.Second, 20*time.Millisecond)
+		require.NoError(t, gitops.SetStopped(ctx))
+		require.EqualValues(t, 0, e.replicas(t, ns, "gitops"))
+		require.NoError(t, gitops.Stop(stopCtx))
+		require.Zero(t, logs.count("level=WARN"), logs.String())
+		require.Zero(t, logs.count("level=ERROR"), logs.String())
+	})
+}
+
+func TestInClusterOutsideAPod(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	r, err := InCluster("vm", nil)
+	require.ErrorIs(t, err, ErrNotInCluster)
+	require.Nil(t, r)
+}
+
+func TestRoleManifest(t *testing.T) {
+	role, err := Role("ns")
+	require.NoError(t, err)
+	require.Equal(t, "vm-runner", role.Name)
+	require.Equal(t, "ns", role.Namespace)
+	require.Len(t, role.Rules, 3)
+}
+
+// reporter starts a Reporter that the test stops.
+func (e *env) reporter(t *testing.T, cfg *rest.Config, ns, name string, logs *logBuffer, opts options) *Reporter {
+	t.Helper()
+	if logs == nil {
+		logs = &logBuffer{}
+	}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r, err := newReporter(cfg, ns, name, log, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = r.Stop(ctx)
+		if t.Failed() {
+			t.Logf("reporter log:\n%s", logs.String())
+		}
+	})
+	return r
+}
+
+func (e *env) createVM(t *testing.T, ns, name string) {
+	t.Helper()
+	vm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1.APIVersion, "kind": v1.Kind,
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"vm": map[string]any{"state": "Running", "maximumCpus": int64(4)}},
+	}}
+	_, err := e.dyn.Resource(v1.GroupVersionResource).Namespace(ns).Create(t.Context(), vm, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+func (e *env) getVM(t *testing.T, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	vm, err := e.dyn.Resource(v1.GroupVersionResource).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return vm
+}
+
+func (e *env) status(t *testing.T, ns, name string) *v1.VirtualMachineStatus {
+	t.Helper()
+	var st v1.VirtualMachineStatus
+	raw, _, err := unstructured.NestedMap(e.getVM(t, ns, name).Object, "status")
+	require.NoError(t, err)
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st))
+	return &st
+}
+
+// waitStatus polls the VM's status until ok.
+func (e *env) waitStatus(t *testing.T, ns, name string, ok func(*v1.VirtualMachineStatus) bool) *v1.VirtualMachineStatus {
+	t.Helper()
+	var st *v1.VirtualMachineStatus
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st = e.status(t, ns, name)
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of %s/%s not as expected: %+v", ns, name, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) createStatefulSet(t *testing.T, ns, name string) {
+	t.Helper()
+	labels := map[string]string{"app.kubernetes.io/instance": name}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "runner", Image: "vm-runner"}}},
+			},
+		},
+	}
+	_, err := e.cs.AppsV1().StatefulSets(ns).Create(t.Context(), sts, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+func (e *env) replicas(t *testing.T, ns, name string) int32 {
+	t.Helper()
+	sts, err := e.cs.AppsV1().StatefulSets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return *sts.Spec.Replicas
+}
+
+func condition(t *testing.T, st *v1.VirtualMachineStatus, typ string) metav1.Condition {
+	t.Helper()
+	for _, c := range st.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	t.Fatalf("no condition %s in %+v", typ, st.Conditions)
+	return metav1.Condition{}
+}
+
+func requireLTT(t *testing.T, st *v1.VirtualMachineStatus, typ string, want time.Time) {
+	t.Helper()
+	got := condition(t, st, typ).LastTransitionTime.Time
+	require.True(t, want.Equal(got), "%s: lastTransitionTime %v, want %v", typ, got.UTC(), want.UTC())
+}
+
+// counting returns a copy of cfg whose requests are counted by method
+// and path.
+func counting(cfg *rest.Config) (*rest.Config, *requestCounts) {
+	counts := &requestCounts{n: map[string]int{}}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			counts.add(req.Method + " " + req.URL.Path)
+			return rt.RoundTrip(req)
+		})
+	})
+	return cfg, counts
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+type requestCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *requestCounts) add(k string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[k]++
+}
+
+func (c *requestCounts) get(k string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[k]
+}
+
+func (c *requestCounts) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[string]int{}
+	for k, v := range c.n {
+		m[k] = v
+	}
+	return m
+}
+
+// logBuffer collects log output from the reporter's goroutine.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) count(s string) int { return strings.Count(b.String(), s) }
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Add moves the clock on and returns the new time.
+func (c *fakeClock) Add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	return c.now
+}
