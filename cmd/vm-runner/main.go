@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/runnerstatus"
 	"github.com/vmop/vmop/pkg/version"
 )
 
@@ -23,14 +25,22 @@ func main() {
 }
 
 func run() int {
+	args := os.Args[1:]
+	probe := len(args) > 0 && args[0] == "probe"
+	if probe {
+		args = args[1:]
+	}
 	flags := pflag.NewFlagSet("vm-runner", pflag.ContinueOnError)
+	flags.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: vm-runner [-c config.yaml] [flags]\n       vm-runner probe [-c config.yaml]   (exit 0 while the VM runs)\n\nFlags:\n%s", flags.FlagUsages())
+	}
 	config := flags.StringP("config", "c", runnerconfig.ConfigDir+"/"+runnerconfig.ConfigFile, "the runner's config file")
 	templateDirs := flags.StringSlice("template-dir", nil, "directories with qemu command templates that replace the embedded ones")
 	qemu := flags.String("qemu", "qemu-system-x86_64", "the qemu program")
 	swtpm := flags.String("swtpm", "swtpm", "the swtpm program")
 	debug := flags.Bool("debug", false, "log debug messages (the qemu command, QMP traffic)")
 	showVersion := flags.Bool("version", false, "print the version and exit")
-	if err := flags.Parse(os.Args[1:]); err != nil {
+	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
@@ -38,6 +48,15 @@ func run() int {
 	}
 	if *showVersion {
 		fmt.Println("vm-runner", version.Get())
+		return 0
+	}
+	if probe {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := runner.Probe(ctx, *config); err != nil {
+			fmt.Fprintln(os.Stderr, "not ready:", err)
+			return 1
+		}
 		return 0
 	}
 	level := slog.LevelInfo
@@ -50,6 +69,9 @@ func run() int {
 		ConfigFile: *config, TemplateDirs: *templateDirs, Qemu: *qemu, Swtpm: *swtpm, Logger: log,
 	})
 	if err == nil {
+		if stop := report(r, log); stop != nil {
+			defer stop()
+		}
 		// SIGTERM (the pod is deleted) and ^C shut the guest down cleanly.
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
@@ -68,5 +90,27 @@ func run() int {
 	default:
 		log.Error("Cannot run the VM", "err", err)
 		return runner.ExitFailed
+	}
+}
+
+// report makes the runner write its VM's status when it runs in a pod, and
+// returns what writes the final status; nil when stand-alone.
+func report(r *runner.Runner, log *slog.Logger) func() {
+	rep, err := runnerstatus.InCluster(r.Name(), log)
+	switch {
+	case errors.Is(err, runnerstatus.ErrNotInCluster):
+		return nil
+	case err != nil:
+		log.Warn("Cannot report the VM's status", "err", err)
+		return nil
+	}
+	r.UseReporter(rep)
+	return func() {
+		// The signal context has ended by now: give the last write its own.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rep.Stop(ctx); err != nil {
+			log.Warn("Cannot write the final status", "err", err)
+		}
 	}
 }

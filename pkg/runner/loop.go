@@ -63,6 +63,7 @@ func (r *Runner) loop(ctx context.Context) error {
 		case <-sigterm:
 			sigterm = nil
 			stopping, stopStarted = true, time.Now()
+			r.ready.Store(false)
 			r.status.Running = false
 			r.report(bg)
 			r.askGuestToStop(bg)
@@ -121,6 +122,7 @@ func (r *Runner) watched(path string) bool {
 
 // qemuEnded turns the way qemu ended into the runner's exit.
 func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced, stopping bool) error {
+	r.ready.Store(false)
 	r.status.Running = false
 	r.status.Booted = false
 	r.status.ConsoleClient = ""

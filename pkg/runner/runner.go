@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmop/vmop/pkg/cloudinit"
@@ -66,6 +67,8 @@ type Runner struct {
 	mon         *qmp.Monitor
 	status      Status
 	live        *liveState
+	// ready is read by the probe server while the loop runs.
+	ready atomic.Bool
 }
 
 // New loads the config. An invalid config is an *ExitError with
@@ -100,6 +103,12 @@ func New(opts Options) (*Runner, error) {
 	return r, nil
 }
 
+// Name is the VM's name from the config.
+func (r *Runner) Name() string { return r.config.VM.Name }
+
+// UseReporter sends the VM's status to rep from now on.
+func (r *Runner) UseReporter(rep Reporter) { r.opts.Reporter = rep }
+
 // Run starts the VM and keeps it in line with its config until ctx ends
 // (SIGTERM), then shuts the guest down. The error, an *ExitError, carries
 // the exit code; nil means the guest shut down cleanly.
@@ -117,6 +126,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		return &ExitError{Code: ExitFailed, Err: err}
 	}
 	r.log.Info("VM running", "startup", time.Since(started).Round(time.Millisecond), "accel", r.machine.Accel)
+	stopProbe, err := r.serveProbe()
+	if err != nil {
+		return &ExitError{Code: ExitFailed, Err: err}
+	}
+	defer stopProbe()
 	return r.loop(ctx)
 }
 
@@ -179,6 +193,7 @@ func (r *Runner) start(ctx context.Context) error {
 		return fmt.Errorf("QMP cont: %w", err)
 	}
 	r.status.Running = true
+	r.ready.Store(true)
 	r.report(ctx)
 	return nil
 }

@@ -256,6 +256,8 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 	ok, err := spicetest.Login(ctx, spice, "first")
 	require.NoError(t, err)
 	require.True(t, ok, "the display password of the Secret works")
+	out, err := exec.Command(vmRunner, "probe", "-c", v.config).CombinedOutput()
+	require.NoError(t, err, "vm-runner probe while the VM runs: %s", out)
 
 	t.Run("CPUs are plugged", func(t *testing.T) {
 		v.writeConfig(strings.Replace(firmwareVM, "currentCpus: 1", "currentCpus: 3", 1))
@@ -327,6 +329,8 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 		require.GreaterOrEqual(t, took, 2*time.Second)
 		log, _ := os.ReadFile(v.output)
 		require.Contains(t, string(log), "did not shut down in time")
+		out, err := exec.Command(vmRunner, "probe", "-c", v.config).CombinedOutput()
+		require.Error(t, err, "vm-runner probe after the VM stopped: %s", out)
 	})
 }
 
