@@ -18,7 +18,7 @@ import (
 
 const (
 	// reloadDelay lets a ConfigMap update (several renames) settle.
-	reloadDelay = 100 * time.Millisecond
+	reloadDelay = 20 * time.Millisecond
 	// quitGrace is how long qemu gets to quit before it is killed.
 	quitGrace = 5 * time.Second
 )

@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 
 // vm is one vm-runner process with its files.
 type vm struct {
-	t                            *testing.T
+	t                            testing.TB
 	dir, config, runtime, output string
 	cmd                          *exec.Cmd
 	exited                       chan struct{}
@@ -52,7 +52,7 @@ type vm struct {
 }
 
 // requireTools fails (not skips) when qemu is missing: make deps installs it.
-func requireTools(t *testing.T) {
+func requireTools(t testing.TB) {
 	t.Helper()
 	for _, tool := range []string{"qemu-system-x86_64", "swtpm"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -61,7 +61,7 @@ func requireTools(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func freePort(t *testing.T) int {
 // newVM prepares a config directory. The template is the standard one with
 // a second QMP socket, through which the test watches qemu while the
 // runner holds the first.
-func newVM(t *testing.T, vmConfig string, extraTemplate ...string) *vm {
+func newVM(t testing.TB, vmConfig string, extraTemplate ...string) *vm {
 	t.Helper()
 	requireTools(t)
 	// Unix socket paths are short: keep the directory near the root.
@@ -168,7 +168,7 @@ func (v *vm) wait(timeout time.Duration) int {
 }
 
 // eventually polls f until it returns nil.
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -184,7 +184,7 @@ func eventually(t *testing.T, timeout time.Duration, f func() error) {
 }
 
 // waitRunning waits until the runner has let the guest run.
-func waitRunning(t *testing.T, mon *qmp.Monitor) {
+func waitRunning(t testing.TB, mon *qmp.Monitor) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() error {
 		st, err := mon.QueryStatus(t.Context())

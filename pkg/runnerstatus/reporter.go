@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
@@ -94,7 +93,9 @@ type Reporter struct {
 	log             *slog.Logger
 	opts            options
 	vms             dynamic.ResourceInterface
-	clientset       kubernetes.Interface
+	// statefulSets is dynamic too: the typed clientset links every API
+	// group into the runner, which costs it megabytes of memory.
+	statefulSets dynamic.ResourceInterface
 
 	mu     sync.Mutex
 	latest runner.Status
@@ -159,20 +160,16 @@ func newReporter(cfg *rest.Config, namespace, vm string, log *slog.Logger, opts 
 	if err != nil {
 		return nil, fmt.Errorf("status reporter: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("status reporter: %w", err)
-	}
 	r := &Reporter{
-		namespace: namespace,
-		name:      vm,
-		log:       log.With("vm", namespace+"/"+vm),
-		opts:      opts,
-		vms:       dc.Resource(v1.GroupVersionResource).Namespace(namespace),
-		clientset: cs,
-		notify:    make(chan struct{}, 1),
-		stopping:  make(chan struct{}),
-		done:      make(chan struct{}),
+		namespace:    namespace,
+		name:         vm,
+		log:          log.With("vm", namespace+"/"+vm),
+		opts:         opts,
+		vms:          dc.Resource(v1.GroupVersionResource).Namespace(namespace),
+		statefulSets: dc.Resource(appsv1.SchemeGroupVersion.WithResource("statefulsets")).Namespace(namespace),
+		notify:       make(chan struct{}, 1),
+		stopping:     make(chan struct{}),
+		done:         make(chan struct{}),
 	}
 	r.runCtx, r.cancel = context.WithCancel(context.Background())
 	go r.run()
@@ -226,12 +223,9 @@ func (r *Reporter) SetStopped(ctx context.Context) error {
 	if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("virtualmachine %s/%s: set spec.vm.state to Stopped: %w", r.namespace, r.name, err)
 	}
-	// No resourceVersion: scale to 0 whatever the current replicas.
-	scale := &autoscalingv1.Scale{
-		ObjectMeta: metav1.ObjectMeta{Name: r.name, Namespace: r.namespace},
-		Spec:       autoscalingv1.ScaleSpec{Replicas: 0},
-	}
-	_, err = r.clientset.AppsV1().StatefulSets(r.namespace).UpdateScale(ctx, r.name, scale, metav1.UpdateOptions{FieldManager: FieldManager})
+	// A patch of the scale subresource: 0 whatever the current replicas.
+	_, err = r.statefulSets.Patch(ctx, r.name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`),
+		metav1.PatchOptions{FieldManager: FieldManager}, "scale")
 	if err != nil {
 		return fmt.Errorf("statefulset %s/%s: scale to 0: %w", r.namespace, r.name, err)
 	}
