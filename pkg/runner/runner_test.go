@@ -348,9 +348,17 @@ func TestQemuKilled(t *testing.T) {
 	require.Contains(t, string(log), "killed")
 }
 
-// qemuPID finds the qemu child of the runner; any of the runner's threads
-// may have forked it.
+// qemuPID finds the qemu child of the runner.
 func qemuPID(t *testing.T, v *vm) int {
+	t.Helper()
+	pid := childNamed(t, v, "qemu")
+	require.NotZero(t, pid, "no qemu child of %d", v.cmd.Process.Pid)
+	return pid
+}
+
+// childNamed finds a child of the runner by its command name; any of the
+// runner's threads may have forked it. 0 when there is none.
+func childNamed(t *testing.T, v *vm, prefix string) int {
 	t.Helper()
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", v.cmd.Process.Pid))
 	require.NoError(t, err)
@@ -359,12 +367,11 @@ func qemuPID(t *testing.T, v *vm) int {
 		for _, f := range strings.Fields(string(children)) {
 			var pid int
 			_, _ = fmt.Sscan(f, &pid)
-			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "qemu") {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), prefix) {
 				return pid
 			}
 		}
 	}
-	t.Fatalf("no qemu child of %d", v.cmd.Process.Pid)
 	return 0
 }
 
@@ -380,4 +387,47 @@ func TestInvalidConfigNeverStartsQemu(t *testing.T) {
 	require.Contains(t, string(out), v.config)
 	require.Contains(t, string(out), "/Runner.vm.maximumRam")
 	require.NoFileExists(t, marker)
+}
+
+func TestTPMAndCloudInit(t *testing.T) {
+	v := newVM(t, firmwareVM+"useTpm: true\n")
+	v.writeFile("config.yaml", strings.Replace(readFile(t, v.config), `"/Runner":`, `"/Runner":
+  cloudInit:
+    userData: {hostname: tpm-test}
+    networkConfig: {version: 2}`, 1))
+	mon := v.start()
+	waitRunning(t, mon)
+	ctx := t.Context()
+
+	blocks, err := mon.QueryBlock(ctx)
+	require.NoError(t, err)
+	var seed string
+	for _, b := range blocks {
+		if b.Inserted != nil && strings.HasSuffix(b.Inserted.File, "cloud-init.iso") {
+			seed = b.Inserted.File
+		}
+	}
+	require.NotEmpty(t, seed, "the cloud-init seed is attached")
+	out, err := exec.Command("isoinfo", "-R", "-i", seed, "-x", "/user-data").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "#cloud-config\nhostname: tpm-test\n", string(out))
+
+	swtpm := childNamed(t, v, "swtpm")
+	require.NotZero(t, swtpm, "swtpm runs beside qemu")
+	state, err := filepath.Glob(filepath.Join(v.dir, "data", "tpm", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, state, "the TPM state is kept in the data directory")
+
+	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
+	v.writeConfig(firmwareVM + "useTpm: true\npowerdownTimeout: 1\n")
+	v.wait(20 * time.Second)
+	require.NoDirExists(t, v.runtime, "the runtime files are removed")
+	require.Error(t, syscall.Kill(swtpm, 0), "swtpm is stopped after qemu")
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
 }
