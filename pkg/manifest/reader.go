@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // Document is one document of a stream.
@@ -25,15 +23,19 @@ type Document struct {
 	APIVersion, Kind string
 }
 
-// Reader splits a YAML or JSON stream into documents.
+// Reader splits a YAML or JSON stream into documents at "---" lines.
 type Reader struct {
-	r     *utilyaml.YAMLReader
+	br    *bufio.Reader
 	index int
+	// started: a "---" at the very start opens the first document rather
+	// than ending an empty one.
+	started bool
+	eof     bool
 }
 
 // NewReader reads documents from r.
 func NewReader(r io.Reader) *Reader {
-	return &Reader{r: utilyaml.NewYAMLReader(bufio.NewReaderSize(r, 64<<10))}
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10)}
 }
 
 // Next returns the next non-empty document, or io.EOF at the end. An error
@@ -41,17 +43,12 @@ func NewReader(r io.Reader) *Reader {
 // it. An error of the underlying reader ends the stream.
 func (r *Reader) Next() (*Document, error) {
 	for {
-		raw, err := r.r.Read()
+		raw, err := r.split()
 		if err != nil {
 			return nil, err
 		}
-		r.index++
 		if isEmpty(raw) {
 			continue
-		}
-		// After an empty document, the reader keeps the separator line.
-		for bytes.HasPrefix(raw, []byte("---")) {
-			_, raw, _ = bytes.Cut(raw, []byte("\n"))
 		}
 		d := &Document{Index: r.index, Raw: raw}
 		if d.JSON, err = YAMLToJSON(raw); err != nil {
@@ -70,6 +67,49 @@ func (r *Reader) Next() (*Document, error) {
 		d.APIVersion, d.Kind = tm.APIVersion, tm.Kind
 		return d, nil
 	}
+}
+
+// split returns the next document's lines, separator excluded, counting
+// documents as people do: every "---" starts one.
+func (r *Reader) split() ([]byte, error) {
+	if r.eof {
+		return nil, io.EOF
+	}
+	var doc []byte
+	partial := false // the last chunk ended inside a long line
+	for {
+		line, err := r.br.ReadSlice('\n')
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		if !partial && isSeparator(line) {
+			if !r.started && len(doc) == 0 {
+				r.started = true
+				continue
+			}
+			r.started = true
+			r.index++
+			return doc, nil
+		}
+		r.started = true
+		doc = append(doc, line...)
+		partial = errors.Is(err, bufio.ErrBufferFull)
+		if errors.Is(err, io.EOF) {
+			r.eof = true
+			r.index++
+			return doc, nil
+		}
+	}
+}
+
+// isSeparator tells a "---" line (maybe with a comment) from content.
+func isSeparator(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, []byte("---"))
+	if !ok {
+		return false
+	}
+	rest = bytes.TrimSpace(rest)
+	return len(rest) == 0 || rest[0] == '#'
 }
 
 var errNotObject = errors.New("not a Kubernetes object (a YAML mapping with apiVersion and kind)")

@@ -25,6 +25,9 @@ type Writer struct {
 	n      int
 	buf    []byte
 	conv   converter
+	// js and enc encode objects into one reused buffer.
+	js  bytes.Buffer
+	enc *json.Encoder
 }
 
 // NewWriter writes in format to w. Call Close at the end.
@@ -39,11 +42,14 @@ func NewWriter(w io.Writer, format string) (*Writer, error) {
 
 // WriteObject writes a Go object (a typed Kubernetes object or a map).
 func (w *Writer) WriteObject(obj any) error {
-	b, err := json.Marshal(obj)
-	if err != nil {
+	if w.enc == nil {
+		w.enc = json.NewEncoder(&w.js)
+	}
+	w.js.Reset()
+	if err := w.enc.Encode(obj); err != nil {
 		return err
 	}
-	return w.WriteJSON(b)
+	return w.WriteJSON(bytes.TrimSuffix(w.js.Bytes(), []byte("\n")))
 }
 
 // WriteJSON writes an object given as JSON.

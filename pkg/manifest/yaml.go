@@ -185,11 +185,14 @@ func (c *converter) str() ([]byte, error) {
 	return nil, fmt.Errorf("%w: unterminated string at offset %d", errSyntax, start)
 }
 
+const spaces = "                                                                "
+
 func indent(dst []byte, n int) []byte {
-	for range n {
-		dst = append(dst, ' ')
+	for n > len(spaces) {
+		dst = append(dst, spaces...)
+		n -= len(spaces)
 	}
-	return dst
+	return append(dst, spaces[:n]...)
 }
 
 // emitMembers writes a non-empty object's members, one per line.
@@ -393,11 +396,21 @@ func plainOK(s []byte) bool {
 	if digit {
 		return quantityLike(s)
 	}
-	switch strings.ToLower(string(s)) {
-	case "y", "yes", "n", "no", "true", "false", "on", "off", "null":
-		return false
+	return len(s) > 5 || !reserved(s)
+}
+
+// reserved tells whether s reads as a boolean or null in YAML 1.1 or 1.2,
+// in any letter case.
+func reserved(s []byte) bool {
+	var lower [5]byte
+	for i, b := range s {
+		lower[i] = b | 0x20
 	}
-	return true
+	switch string(lower[:len(s)]) {
+	case "y", "yes", "n", "no", "true", "false", "on", "off", "null":
+		return true
+	}
+	return false
 }
 
 // quantityLike accepts digits followed by a unit ("40Gi", "500m"); any

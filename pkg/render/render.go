@@ -121,11 +121,16 @@ func (e *InvalidError) Error() string {
 // Render defaults and validates vm (a copy; vm is not changed) and renders
 // it. A VM that fails validation gives an *InvalidError.
 func Render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
-	defaulted, errs := v1.DefaultAndValidate(vm)
-	if len(errs) > 0 {
+	return render(vm.DeepCopy(), opts)
+}
+
+// render defaults, validates and renders a VM that it may change.
+func render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
+	vm.Default()
+	if errs := vm.Validate(); len(errs) > 0 {
 		return nil, &InvalidError{Name: vm.Name, Errors: errs}
 	}
-	r := renderer{vm: defaulted, opts: opts}
+	r := renderer{vm: vm, opts: opts}
 	return r.render()
 }
 

@@ -122,7 +122,7 @@ func FromJSON(data []byte, opts StreamOptions) (objs *Objects, problems, warning
 		return nil, []Problem{{Object: vm.Name, Field: "metadata.namespace",
 			Message: fmt.Sprintf("%q does not match the namespace %q given with --namespace", vm.Namespace, opts.Namespace)}}, nil
 	}
-	objs, err = Render(vm, opts.Options)
+	objs, err = render(vm, opts.Options) // vm is ours: no copy
 	var invalid *InvalidError
 	if errors.As(err, &invalid) {
 		for _, fe := range invalid.Errors {

@@ -2,9 +2,7 @@ package v1
 
 import (
 	"errors"
-	"fmt"
 
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/json"
 )
 
@@ -31,17 +29,3 @@ func DecodeJSON(data []byte) (*VirtualMachine, error) {
 	}
 	return vm, nil
 }
-
-// DefaultAndValidate defaults a copy of vm and validates it. The copy is
-// returned only when it is valid.
-func DefaultAndValidate(vm *VirtualMachine) (*VirtualMachine, field.ErrorList) {
-	out := vm.DeepCopy()
-	out.Default()
-	if errs := out.Validate(); len(errs) > 0 {
-		return nil, errs
-	}
-	return out, nil
-}
-
-// ErrNotVirtualMachine is returned for documents of another kind.
-var ErrNotVirtualMachine = fmt.Errorf("not a %s %s", APIVersion, Kind)
