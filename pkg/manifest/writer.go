@@ -42,6 +42,14 @@ func NewWriter(w io.Writer, format string) (*Writer, error) {
 
 // WriteObject writes a Go object (a typed Kubernetes object or a map).
 func (w *Writer) WriteObject(obj any) error {
+	if w.format == FormatYAML {
+		y, err := w.conv.object(w.buf[:0], obj)
+		if err != nil {
+			return err
+		}
+		w.buf = y
+		return w.writeYAML(y)
+	}
 	if w.enc == nil {
 		w.enc = json.NewEncoder(&w.js)
 	}
@@ -49,7 +57,7 @@ func (w *Writer) WriteObject(obj any) error {
 	if err := w.enc.Encode(obj); err != nil {
 		return err
 	}
-	return w.WriteJSON(bytes.TrimSuffix(w.js.Bytes(), []byte("\n")))
+	return w.writeJSON(bytes.TrimSuffix(w.js.Bytes(), []byte("\n")))
 }
 
 // WriteJSON writes an object given as JSON.
@@ -112,13 +120,4 @@ func (w *Writer) Close() error {
 		w.w.WriteString("\n    ]\n}\n")
 	}
 	return w.w.Flush()
-}
-
-// ObjectToYAML returns a Go object as YAML.
-func ObjectToYAML(obj any) ([]byte, error) {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
-	return JSONToYAML(nil, b)
 }

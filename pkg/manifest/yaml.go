@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // JSONToYAML converts one JSON value to block-style YAML with sorted keys,
@@ -35,12 +36,13 @@ type converter struct {
 	stack []int32
 }
 
-// jnode is a parsed JSON value; an object's or array's children are
+// jnode is a value to write; an object's or array's children are
 // kids[first:first+n].
 type jnode struct {
-	kind  byte   // '{', '[', '"' or 's' (another scalar)
-	key   []byte // the member name, raw JSON string without quotes
-	raw   []byte // a scalar's JSON token
+	kind byte   // '{', '[', '"' or 's' (another scalar)
+	key  string // the member name
+	// str is a string's value, or another scalar's JSON token.
+	str   string
 	first int32
 	n     int32
 }
@@ -59,15 +61,20 @@ func (c *converter) convert(dst, src []byte) ([]byte, error) {
 	if c.pos != len(c.src) {
 		return dst, fmt.Errorf("%w: data after the value at offset %d", errSyntax, c.pos)
 	}
+	return c.emitRoot(dst, root), nil
+}
+
+// emitRoot writes the value at root as a YAML document.
+func (c *converter) emitRoot(dst []byte, root int32) []byte {
 	n := &c.nodes[root]
 	switch {
 	case n.kind == '{' && n.n > 0:
-		return c.emitMembers(dst, root, 0), nil
+		return c.emitMembers(dst, root, 0)
 	case n.kind == '[' && n.n > 0:
-		return c.emitItems(dst, root, 0), nil
+		return c.emitItems(dst, root, 0)
 	}
 	dst = c.emitInline(dst, root, 0)
-	return append(dst, '\n'), nil
+	return append(dst, '\n')
 }
 
 func (c *converter) space() {
@@ -103,14 +110,14 @@ func (c *converter) parse() (int32, error) {
 			return idx, nil
 		}
 		for {
-			var key []byte
+			var key string
 			if open == '{' {
 				c.space()
 				s, err := c.str()
 				if err != nil {
 					return 0, err
 				}
-				key = s[1 : len(s)-1]
+				key = decode(s[1 : len(s)-1])
 				c.space()
 				if c.pos >= len(c.src) || c.src[c.pos] != ':' {
 					return 0, fmt.Errorf("%w: expected ':' at offset %d", errSyntax, c.pos)
@@ -138,7 +145,7 @@ func (c *converter) parse() (int32, error) {
 		}
 		kids := c.stack[base:]
 		if open == '{' {
-			slices.SortFunc(kids, func(a, b int32) int { return bytes.Compare(c.nodes[a].key, c.nodes[b].key) })
+			slices.SortFunc(kids, func(a, b int32) int { return strings.Compare(c.nodes[a].key, c.nodes[b].key) })
 		}
 		c.nodes[idx].first, c.nodes[idx].n = int32(len(c.kids)), int32(len(kids))
 		c.kids = append(c.kids, kids...)
@@ -149,7 +156,7 @@ func (c *converter) parse() (int32, error) {
 		if err != nil {
 			return 0, err
 		}
-		c.nodes = append(c.nodes, jnode{kind: '"', raw: s})
+		c.nodes = append(c.nodes, jnode{kind: '"', str: decode(s[1 : len(s)-1])})
 		return idx, nil
 	default:
 		start := c.pos
@@ -160,7 +167,7 @@ func (c *converter) parse() (int32, error) {
 		if !json.Valid(tok) {
 			return 0, fmt.Errorf("%w: bad value %q at offset %d", errSyntax, tok, start)
 		}
-		c.nodes = append(c.nodes, jnode{kind: 's', raw: tok})
+		c.nodes = append(c.nodes, jnode{kind: 's', str: unsafe.String(unsafe.SliceData(tok), len(tok))})
 		return idx, nil
 	}
 }
@@ -202,7 +209,7 @@ func (c *converter) emitMembers(dst []byte, obj int32, ind int) []byte {
 		if i > 0 {
 			dst = indent(dst, ind)
 		}
-		dst = c.emitString(dst, c.nodes[k].key, -1)
+		dst = emitString(dst, c.nodes[k].key, -1)
 		dst = append(dst, ':')
 		dst = c.emitValue(dst, k, ind, false)
 	}
@@ -259,34 +266,36 @@ func (c *converter) emitInline(dst []byte, v int32, ind int) []byte {
 	case '[':
 		return append(dst, "[]"...)
 	case '"':
-		return c.emitString(dst, n.raw[1:len(n.raw)-1], ind)
+		return emitString(dst, n.str, ind)
 	}
-	return append(dst, n.raw...)
+	return append(dst, n.str...)
 }
 
-// emitString writes a string given as the inside of a JSON string: plain
-// when that reads back as the same string, as a literal block when it has
-// several lines (ind >= 0 allows that), else JSON-quoted.
-func (c *converter) emitString(dst, inner []byte, ind int) []byte {
-	s := inner
-	if bytes.IndexByte(inner, '\\') >= 0 {
-		decoded, ok := unescape(inner)
-		if !ok {
-			var full string
-			if err := json.Unmarshal(append(append([]byte{'"'}, inner...), '"'), &full); err != nil {
-				return append(append(append(dst, '"'), inner...), '"') // cannot happen: the parser checked it
-			}
-			return quote(dst, full)
-		}
-		s = decoded
-		if ind >= 0 && literalOK(s) {
-			return literal(dst, s, ind)
-		}
+// decode returns the string a JSON string's inside stands for. Without
+// escapes it shares the source's bytes, which outlive the conversion.
+func decode(inner []byte) string {
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return unsafe.String(unsafe.SliceData(inner), len(inner))
 	}
-	if plainOK(s) {
+	if decoded, ok := unescape(inner); ok {
+		return string(decoded)
+	}
+	var full string
+	_ = json.Unmarshal(append(append([]byte{'"'}, inner...), '"'), &full) // the parser checked it
+	return full
+}
+
+// emitString writes a string: plain when that reads back as the same
+// string, as a literal block when it has several lines (ind >= 0 allows
+// that), else double-quoted.
+func emitString(dst []byte, s string, ind int) []byte {
+	switch {
+	case ind >= 0 && strings.IndexByte(s, '\n') >= 0 && literalOK(s):
+		return literal(dst, s, ind)
+	case plainOK(s):
 		return append(dst, s...)
 	}
-	return quote(dst, string(s))
+	return quote(dst, s)
 }
 
 // quote writes s as a YAML double-quoted string; unlike JSON's, YAML's
@@ -342,27 +351,27 @@ func unescape(inner []byte) (out []byte, ok bool) {
 }
 
 // literalOK tells whether a multi-line string can be a literal block.
-func literalOK(s []byte) bool {
-	if bytes.IndexByte(s, '\n') < 0 || len(s) == 0 || s[0] == ' ' || s[0] == '\n' {
+func literalOK(s string) bool {
+	if strings.IndexByte(s, '\n') < 0 || len(s) == 0 || s[0] == ' ' || s[0] == '\n' {
 		return false
 	}
-	for _, b := range s {
-		if (b < ' ' && b != '\n' && b != '\t') || b == 0x7f {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; (b < ' ' && b != '\n' && b != '\t') || b == 0x7f {
 			return false
 		}
 	}
 	// Trailing blank lines would need the keep indicator; quote instead.
-	return !bytes.HasSuffix(s, []byte("\n\n"))
+	return !strings.HasSuffix(s, "\n\n")
 }
 
-func literal(dst, s []byte, ind int) []byte {
+func literal(dst []byte, s string, ind int) []byte {
 	dst = append(dst, '|')
 	if s[len(s)-1] != '\n' {
 		dst = append(dst, '-')
 	} else {
 		s = s[:len(s)-1]
 	}
-	for line := range bytes.SplitSeq(s, []byte("\n")) {
+	for line := range strings.SplitSeq(s, "\n") {
 		dst = append(dst, '\n')
 		if len(line) > 0 {
 			dst = indent(dst, ind)
@@ -374,7 +383,7 @@ func literal(dst, s []byte, ind int) []byte {
 
 // plainOK tells whether s can be written without quotes and read back as
 // the same string by YAML 1.1 and 1.2 readers alike.
-func plainOK(s []byte) bool {
+func plainOK(s string) bool {
 	if len(s) == 0 || s[0] == ' ' || s[len(s)-1] == ' ' || s[len(s)-1] == ':' {
 		return false
 	}
@@ -383,8 +392,8 @@ func plainOK(s []byte) bool {
 	if !(digit || first == '/' || first == '_' || (first|0x20 >= 'a' && first|0x20 <= 'z')) {
 		return false
 	}
-	for i, b := range s {
-		switch {
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
 		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9':
 		case b == '-' || b == '_' || b == '.' || b == '/' || b == '=' || b == '+' || b == '@' || b == ',':
 		case b == ':' && s[i+1] != ' ':
@@ -401,10 +410,10 @@ func plainOK(s []byte) bool {
 
 // reserved tells whether s reads as a boolean or null in YAML 1.1 or 1.2,
 // in any letter case.
-func reserved(s []byte) bool {
+func reserved(s string) bool {
 	var lower [5]byte
-	for i, b := range s {
-		lower[i] = b | 0x20
+	for i := 0; i < len(s); i++ {
+		lower[i] = s[i] | 0x20
 	}
 	switch string(lower[:len(s)]) {
 	case "y", "yes", "n", "no", "true", "false", "on", "off", "null":
@@ -415,12 +424,12 @@ func reserved(s []byte) bool {
 
 // quantityLike accepts digits followed by a unit ("40Gi", "500m"); any
 // other string that starts with a digit might read as a number or a date.
-func quantityLike(s []byte) bool {
+func quantityLike(s string) bool {
 	i := 0
 	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 		i++
 	}
-	switch string(s[i:]) {
+	switch s[i:] {
 	case "m", "k", "M", "G", "T", "P", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei":
 		return true
 	}
