@@ -5,10 +5,10 @@ package manifest
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Document is one document of a stream.
@@ -54,17 +54,12 @@ func (r *Reader) Next() (*Document, error) {
 		if d.JSON, err = YAMLToJSON(raw); err != nil {
 			return d, fmt.Errorf("document %d: %w", d.Index, err)
 		}
-		var tm struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-		}
 		if len(d.JSON) == 0 || d.JSON[0] != '{' {
 			return d, fmt.Errorf("document %d: %w", d.Index, errNotObject)
 		}
-		if err := json.Unmarshal(d.JSON, &tm); err != nil {
+		if d.APIVersion, d.Kind, err = typeMeta(d.JSON); err != nil {
 			return d, fmt.Errorf("document %d: %w", d.Index, err)
 		}
-		d.APIVersion, d.Kind = tm.APIVersion, tm.Kind
 		return d, nil
 	}
 }
@@ -110,6 +105,34 @@ func isSeparator(line []byte) bool {
 	}
 	rest = bytes.TrimSpace(rest)
 	return len(rest) == 0 || rest[0] == '#'
+}
+
+// typeMeta reads the top-level apiVersion and kind of a JSON object with
+// the converter's parser, which costs a fraction of encoding/json's.
+func typeMeta(js []byte) (apiVersion, kind string, err error) {
+	c := converters.Get().(*converter)
+	defer converters.Put(c)
+	c.src, c.pos = js, 0
+	c.nodes, c.kids, c.stack = c.nodes[:0], c.kids[:0], c.stack[:0]
+	root, err := c.parse()
+	c.src = nil
+	if err != nil {
+		return "", "", err
+	}
+	n := c.nodes[root]
+	for _, k := range c.kids[n.first : n.first+n.n] {
+		child := c.nodes[k]
+		if child.kind != '"' {
+			continue
+		}
+		switch child.key {
+		case "apiVersion":
+			apiVersion = strings.Clone(child.str) // str may share js's bytes
+		case "kind":
+			kind = strings.Clone(child.str)
+		}
+	}
+	return apiVersion, kind, nil
 }
 
 var errNotObject = errors.New("not a Kubernetes object (a YAML mapping with apiVersion and kind)")

@@ -45,21 +45,31 @@ const (
 	marshalsByPointer // only when addressable, as encoding/json does
 )
 
-var marshalCache sync.Map // reflect.Type -> int; Implements is slow
+// typeInfo is what writing a type needs, worked out once per type:
+// reflect's Implements and struct walks are slow.
+type typeInfo struct {
+	marshals int
+	fields   []field // of a struct
+}
 
-func marshalsOf(t reflect.Type) int {
-	if m, ok := marshalCache.Load(t); ok {
-		return m.(int)
+var typeCache sync.Map // reflect.Type -> *typeInfo
+
+func infoOf(t reflect.Type) *typeInfo {
+	if ti, ok := typeCache.Load(t); ok {
+		return ti.(*typeInfo)
 	}
-	m := marshalsNot
+	ti := &typeInfo{marshals: marshalsNot}
 	switch {
 	case t.Implements(marshalerType) || t.Implements(textMarshalerType):
-		m = marshalsItself
+		ti.marshals = marshalsItself
 	case t.Kind() != reflect.Pointer && (reflect.PointerTo(t).Implements(marshalerType) || reflect.PointerTo(t).Implements(textMarshalerType)):
-		m = marshalsByPointer
+		ti.marshals = marshalsByPointer
 	}
-	marshalCache.Store(t, m)
-	return m
+	if t.Kind() == reflect.Struct {
+		ti.fields = fieldsOf(t)
+	}
+	typeCache.Store(t, ti)
+	return ti
 }
 
 // value adds the node of v and returns its index.
@@ -76,7 +86,8 @@ func (c *converter) value(v reflect.Value) (int32, error) {
 			return idx, nil
 		}
 	}
-	if m := marshalsOf(t); m == marshalsItself || (m == marshalsByPointer && v.CanAddr()) {
+	ti := infoOf(t)
+	if ti.marshals == marshalsItself || (ti.marshals == marshalsByPointer && v.CanAddr()) {
 		return c.marshaled(v)
 	}
 	switch t.Kind() {
@@ -91,7 +102,7 @@ func (c *converter) value(v reflect.Value) (int32, error) {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		c.nodes = append(c.nodes, jnode{kind: 's', str: strconv.FormatUint(v.Uint(), 10)})
 	case reflect.Struct:
-		return c.structValue(v)
+		return c.structValue(v, ti.fields)
 	case reflect.Map:
 		return c.mapValue(v)
 	case reflect.Slice, reflect.Array:
@@ -143,11 +154,11 @@ func (c *converter) closeNode(idx int32, base int) {
 	c.stack = c.stack[:base]
 }
 
-func (c *converter) structValue(v reflect.Value) (int32, error) {
+func (c *converter) structValue(v reflect.Value, fields []field) (int32, error) {
 	idx := int32(len(c.nodes))
 	c.nodes = append(c.nodes, jnode{kind: '{'})
 	base := len(c.stack)
-	for _, f := range fieldsOf(v.Type()) {
+	for _, f := range fields {
 		fv, ok := fieldByIndex(v, f.index)
 		if !ok || (f.omitEmpty && omitEmpty(fv)) || (f.omitZero && isZero(fv)) {
 			continue
@@ -174,6 +185,17 @@ func (c *converter) mapValue(v reflect.Value) (int32, error) {
 	}
 	c.nodes = append(c.nodes, jnode{kind: '{'})
 	base := len(c.stack)
+	if m, ok := v.Interface().(map[string]string); ok {
+		// Labels, annotations, selectors: no reflection needed.
+		for k, val := range m {
+			c.stack = append(c.stack, int32(len(c.nodes)))
+			c.nodes = append(c.nodes, jnode{kind: '"', key: k, str: val})
+		}
+		kids := c.stack[base:]
+		slices.SortFunc(kids, func(a, b int32) int { return strings.Compare(c.nodes[a].key, c.nodes[b].key) })
+		c.closeNode(idx, base)
+		return idx, nil
+	}
 	iter := v.MapRange()
 	for iter.Next() {
 		k, err := c.value(iter.Value())
@@ -196,14 +218,9 @@ type field struct {
 	omitEmpty, omitZero bool
 }
 
-var fieldCache sync.Map // reflect.Type -> []field
-
 // fieldsOf lists a struct's JSON fields, embedded structs flattened, sorted
 // by name as the output is.
 func fieldsOf(t reflect.Type) []field {
-	if fs, ok := fieldCache.Load(t); ok {
-		return fs.([]field)
-	}
 	var fs []field
 	var walk func(t reflect.Type, index []int)
 	walk = func(t reflect.Type, index []int) {
@@ -254,7 +271,6 @@ func fieldsOf(t reflect.Type) []field {
 		}
 		i = j
 	}
-	fieldCache.Store(t, out)
 	return out
 }
 
