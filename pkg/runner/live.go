@@ -120,6 +120,7 @@ func (l *liveState) setCPUs(ctx context.Context, target int32) error {
 		l.unplugging[p] = true
 		n--
 	}
+	l.r.log.Info("CPUs set", "target", target, "plugged", len(plugged))
 	return l.countCPUs(ctx)
 }
 

@@ -1,0 +1,116 @@
+package runner_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/internal/testguest"
+	"github.com/vmop/vmop/pkg/runner"
+)
+
+// guestVM is a VM that boots the tiny Linux test guest: it onlines
+// hot-plugged CPUs, ejects unplugged ones, runs the balloon driver and
+// powers off on ACPI (unless told to ignore it).
+const guestVM = `
+firmware: bios
+powerdownTimeout: 120
+maximumCpus: 4
+currentCpus: 1
+maximumRam: 512Mi
+currentRam: 512Mi
+`
+
+func newGuestVM(t *testing.T, config string, appends ...string) *vm {
+	g := testguest.Build(t).WithAppend(appends...)
+	args := g.QemuArgs()
+	var extra []string
+	for i := 0; i+1 < len(args); i += 2 {
+		extra = append(extra, args[i]+" "+args[i+1])
+	}
+	return newVM(t, config, extra...)
+}
+
+// waitConsole waits until the guest has printed line on its console.
+func (v *vm) waitConsole(line string, timeout time.Duration) {
+	v.t.Helper()
+	eventually(v.t, timeout, func() error {
+		b, _ := os.ReadFile(filepath.Join(v.runtime, "console.log"))
+		for l := range strings.Lines(string(b)) {
+			if strings.TrimSpace(l) == line {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %q on the console yet", line)
+	})
+}
+
+func TestGuestShutsDownOnSIGTERM(t *testing.T) {
+	v := newGuestVM(t, guestVM)
+	mon := v.start()
+	waitRunning(t, mon)
+	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	start := time.Now()
+	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
+	code := v.wait(60 * time.Second)
+	took := time.Since(start)
+	require.Equal(t, runner.ExitClean, code, "a guest that powers off on ACPI gives exit 0")
+	require.Less(t, took, 30*time.Second, "well before powerdownTimeout (120 s)")
+	t.Logf("guest shut down %s after SIGTERM", took.Round(time.Millisecond))
+	log, _ := os.ReadFile(v.output)
+	require.Contains(t, string(log), "The guest shut down cleanly")
+}
+
+func TestGuestIgnoringACPIIsStopped(t *testing.T) {
+	v := newGuestVM(t, strings.Replace(guestVM, "powerdownTimeout: 120", "powerdownTimeout: 3", 1), testguest.IgnoreACPI)
+	mon := v.start()
+	waitRunning(t, mon)
+	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	start := time.Now()
+	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
+	code := v.wait(30 * time.Second)
+	require.Equal(t, runner.ExitForced, code)
+	require.GreaterOrEqual(t, time.Since(start), 3*time.Second, "the guest got its powerdownTimeout")
+}
+
+func TestGuestCPUsAndBalloon(t *testing.T) {
+	v := newGuestVM(t, guestVM)
+	mon := v.start()
+	waitRunning(t, mon)
+	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	ctx := t.Context()
+	cpus := func(want int) {
+		t.Helper()
+		v.writeConfig(strings.Replace(guestVM, "currentCpus: 1", fmt.Sprintf("currentCpus: %d", want), 1))
+		// Watch the guest, not qemu: qemu 7.2 under TCG crashes (double
+		// free) when a second monitor queries CPUs during a hot-plug.
+		v.waitConsole(testguest.CPUsPrefix+fmt.Sprint(want), 30*time.Second)
+		eventually(t, 10*time.Second, func() error {
+			n, err := pluggedCPUs(ctx, mon)
+			if err == nil && n != want {
+				err = fmt.Errorf("qemu has %d CPUs", n)
+			}
+			return err
+		})
+	}
+	cpus(3)
+	cpus(2) // unplugging: the guest ejects the CPU
+	// Not tested: plugging CPUs again after an unplug (2 -> 4) made qemu
+	// 7.2 under TCG abort with "double free or corruption" here; the cause
+	// is not isolated yet.
+
+	v.writeConfig(strings.Replace(guestVM, "currentRam: 512Mi", "currentRam: 256Mi", 1))
+	eventually(t, 60*time.Second, func() error {
+		actual, err := mon.QueryBalloon(ctx)
+		if err == nil && actual > 260<<20 {
+			err = fmt.Errorf("the guest has %d MiB", actual>>20)
+		}
+		return err
+	})
+}
