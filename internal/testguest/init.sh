@@ -1,0 +1,49 @@
+#!/bin/sh
+# PID 1 of the vmop test guest (see testguest.go). Tests read the lines
+# starting with TESTGUEST from the serial console.
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+
+# Debian builds these drivers as modules; the list is in load order.
+while read -r m; do
+	insmod "$m" || echo "TESTGUEST insmod $m failed"
+done </etc/modules
+
+case " $(cat /proc/cmdline) " in
+*" testguest.ignore_acpi=1 "*)
+	echo "TESTGUEST ignoring ACPI power button"
+	;;
+*)
+	# The button driver turns the ACPI power button into an input event;
+	# acpid runs /etc/acpi/PWRF/00000080 for it. acpid only watches the
+	# event devices present when it starts, hence after insmod.
+	acpid -d -c /etc/acpi &
+	;;
+esac
+
+# Hot-plugged CPUs arrive offline; on a full distribution a udev rule onlines
+# them. Unplug needs nothing here: the kernel offlines and ejects the CPU
+# itself on the ACPI eject request.
+cpus=
+online_cpus() {
+	for f in /sys/devices/system/cpu/cpu[0-9]*/online; do
+		[ -e "$f" ] || continue
+		read -r v <"$f"
+		# The file can vanish under us while a CPU is being ejected.
+		[ "$v" = 1 ] || { echo 1 >"$f"; } 2>/dev/null
+	done
+	n=$(grep -c ^processor /proc/cpuinfo)
+	if [ "$n" != "$cpus" ]; then
+		cpus=$n
+		echo "TESTGUEST CPUS $n"
+	fi
+}
+
+online_cpus
+echo "TESTGUEST READY"
+while :; do
+	sleep 0.2
+	online_cpus
+done
