@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/internal/testguest"
+	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runner"
 )
 
@@ -113,4 +115,49 @@ func TestGuestCPUsAndBalloon(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// stopRecorder is a Reporter that notes SetStopped.
+type stopRecorder struct{ stopped chan struct{} }
+
+func (stopRecorder) Report(context.Context, runner.Status) {}
+func (s stopRecorder) SetStopped(context.Context) error {
+	close(s.stopped)
+	return nil
+}
+
+// TestGuestShutdownStops: a guest that shuts itself down, with
+// guestShutdownStops, first sets the desired state to Stopped, then the
+// runner exits 0.
+func TestGuestShutdownStops(t *testing.T) {
+	v := newGuestVM(t, guestVM)
+	v.writeFile("config.yaml", strings.Replace(readFile(t, v.config), `"/Runner":`, "\"/Runner\":\n  guestShutdownStops: true", 1))
+	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")}})
+	require.NoError(t, err)
+	rec := stopRecorder{stopped: make(chan struct{})}
+	r.UseReporter(rec)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(t.Context()) }()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	mon, err := qmp.Dial(ctx, filepath.Join(v.runtime, "test.sock"))
+	require.NoError(t, err)
+	defer mon.Close()
+	waitRunning(t, mon)
+	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	// The power button pressed from outside the runner: for the runner,
+	// the guest shuts down by itself.
+	require.NoError(t, mon.SystemPowerdown(ctx))
+	select {
+	case err := <-done:
+		require.NoError(t, err, "a clean guest shutdown")
+	case <-time.After(60 * time.Second):
+		t.Fatal("the runner did not end after the guest shut down")
+	}
+	select {
+	case <-rec.stopped:
+	default:
+		t.Fatal("the desired state was not set to Stopped")
+	}
 }
