@@ -287,6 +287,28 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 			}
 			return err
 		})
+		v.writeConfig(cfg) // a medium into the empty drive
+		eventually(t, 10*time.Second, func() error {
+			m, err := cdMedium(ctx, mon, "cd0")
+			if err == nil && m != filepath.Join(v.dir, "a.iso") {
+				err = fmt.Errorf("medium %q", m)
+			}
+			return err
+		})
+	})
+	t.Run("a change that needs a restart is reported, not applied", func(t *testing.T) {
+		cfg := strings.Replace(firmwareVM, "currentCpus: 1", "currentCpus: 3", 1)
+		v.writeConfig(strings.Replace(cfg, "maximumRam: 256Mi", "maximumRam: 512Mi", 1))
+		eventually(t, 10*time.Second, func() error {
+			if log, _ := os.ReadFile(v.output); !strings.Contains(string(log), `msg="Config changes that apply at the next start" vm=test fields=[maximumRam]`) {
+				return errors.New("no restart-required message in the log")
+			}
+			return nil
+		})
+		st, err := mon.QueryStatus(ctx)
+		require.NoError(t, err)
+		require.True(t, st.Running, "the VM keeps running")
+		v.writeConfig(cfg)
 	})
 	t.Run("display password changes and expires", func(t *testing.T) {
 		v.writeFile("display-password", "second")
