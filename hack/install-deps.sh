@@ -6,7 +6,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-packages=(etcd-server qemu-system-x86 ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64)
+packages=(etcd-server qemu-system-x86 ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -29,10 +29,8 @@ esac
 cpus=
 online_cpus() {
 	for f in /sys/devices/system/cpu/cpu[0-9]*/online; do
-		[ -e "$f" ] || continue
-		read -r v <"$f"
-		# The file can vanish under us while a CPU is being ejected.
-		[ "$v" = 1 ] || { echo 1 >"$f"; } 2>/dev/null
+		# The file vanishes while the kernel ejects that CPU.
+		{ read -r v <"$f" && [ "$v" = 1 ] || echo 1 >"$f"; } 2>/dev/null
 	done
 	n=$(grep -c ^processor /proc/cpuinfo)
 	if [ "$n" != "$cpus" ]; then

@@ -81,8 +81,11 @@ func pipeThrough(in []byte, prog string, args ...string) ([]byte, error) {
 	cmd.Stdin = bytes.NewReader(in)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
+	if errors.Is(err, exec.ErrNotFound) {
+		return nil, fmt.Errorf("%w (install xz-utils or zstd)", err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", prog, err, stderr.String())
+		return nil, fmt.Errorf("%s: %w: %s", prog, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return out, nil
 }

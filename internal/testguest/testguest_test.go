@@ -3,6 +3,7 @@ package testguest
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,12 +28,12 @@ func TestGuest(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		t.Fatalf("qemu-system-x86_64: %v: run `make deps`", err)
 	}
-	t.Run("accel=kvm", func(t *testing.T) {
+	t.Run("accel=kvm:tcg", func(t *testing.T) {
 		if Accel() == "tcg" {
-			t.Skip("no usable KVM here; accel=tcg covers the guest")
+			t.Skip("no usable KVM here (see Accel); accel=tcg covers the guest")
 		}
 		t.Parallel()
-		testHotplugAndPowerdown(t, g, "kvm")
+		testHotplugAndPowerdown(t, g, Accel())
 	})
 	t.Run("accel=tcg", func(t *testing.T) {
 		t.Parallel()
@@ -132,6 +133,9 @@ func testHotplugAndPowerdown(t *testing.T, g Guest, accel string) {
 	t.Logf("system_powerdown to qemu exit: %v", time.Since(start).Round(time.Millisecond))
 	if vm.exitErr != nil {
 		t.Errorf("qemu: %v", vm.exitErr)
+	}
+	if out, _ := os.ReadFile(vm.console); !bytes.Contains(out, []byte("TESTGUEST POWEROFF")) {
+		t.Errorf("console lacks TESTGUEST POWEROFF (acpid's handler):\n%s", out)
 	}
 	ev, err = vm.qmp.waitEvent("SHUTDOWN", nil, time.Second)
 	if err != nil {
@@ -468,6 +472,36 @@ func TestVersionLess(t *testing.T) {
 	} {
 		if !versionLess(c[0], c[1]) || versionLess(c[1], c[0]) {
 			t.Errorf("versionLess(%q, %q) wrong", c[0], c[1])
+		}
+	}
+}
+
+func TestReadModule(t *testing.T) {
+	dir := t.TempDir()
+	want := []byte("\x7fELF fake module")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(want)
+	zw.Close()
+	files := map[string][]byte{"a.ko": want, "b.ko.gz": gz.Bytes()}
+	// Debian compresses modules with xz (no BCJ filter), which busybox reads.
+	if xz, err := exec.LookPath("xz"); err == nil {
+		cmd := exec.Command(xz, "--check=crc32", "-c")
+		cmd.Stdin = bytes.NewReader(want)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files["c.ko.xz"] = out
+	}
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readModule(p)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("readModule(%s) = %q, %v", name, got, err)
 		}
 	}
 }
