@@ -8,8 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	diskfs "github.com/diskfs/go-diskfs"
-	"github.com/diskfs/go-diskfs/disk"
+	diskfile "github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem"
 	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 )
@@ -66,12 +65,13 @@ func writeISO(path string, d Data) error {
 		sectors += (int64(len(f.data)) + isoSector - 1) / isoSector
 	}
 
-	img, err := diskfs.Create(path, sectors*isoSector, diskfs.SectorSizeDefault)
+	// The iso9660 package alone, not the diskfs root: that one links
+	// every file system and compressor into the runner (megabytes of RSS).
+	img, err := diskfile.CreateFromPath(path, sectors*isoSector)
 	if err != nil {
 		return fmt.Errorf("cloud-init seed: %w", err)
 	}
 	defer img.Close()
-	img.LogicalBlocksize = isoSector // ISO9660 needs it; the default is 512
 	// The work area goes next to the image rather than into $TMPDIR,
 	// which may be small or read-only in a pod.
 	work, err := os.MkdirTemp(filepath.Dir(path), ".cidata-")
@@ -83,18 +83,14 @@ func writeISO(path string, d Data) error {
 	if err := os.Chmod(work, 0o755); err != nil {
 		return fmt.Errorf("cloud-init seed: %w", err)
 	}
-	fsys, err := img.CreateFilesystem(disk.FilesystemSpec{FSType: filesystem.TypeISO9660, VolumeLabel: VolumeLabel, WorkDir: work})
+	iso, err := iso9660.Create(img, sectors*isoSector, 0, isoSector, work)
 	if err != nil {
 		return fmt.Errorf("cloud-init seed: %w", err)
 	}
 	for _, f := range files {
-		if err := writeFile(fsys, "/"+f.name, f.data); err != nil {
+		if err := writeFile(iso, "/"+f.name, f.data); err != nil {
 			return fmt.Errorf("cloud-init seed: %s: %w", f.name, err)
 		}
-	}
-	iso, ok := fsys.(*iso9660.FileSystem)
-	if !ok {
-		return fmt.Errorf("cloud-init seed: unexpected file system %T", fsys)
 	}
 	if err := iso.Finalize(iso9660.FinalizeOptions{RockRidge: true, VolumeIdentifier: VolumeLabel}); err != nil {
 		return fmt.Errorf("cloud-init seed: %w", err)
