@@ -331,19 +331,14 @@ func (p *fyParser) seq(li, col int) (node, next int, ok bool) {
 			return 0, 0, false
 		}
 		p.stack = append(p.stack, child)
-		if next, ok = p.skipBlank(next); !ok {
+		var more bool
+		if next, more, ok = p.nextSibling(next, col); !ok {
 			return 0, 0, false
 		}
-		if next == len(p.lines) {
+		if !more {
 			break
 		}
 		nl := p.lines[next]
-		if nl.ind > col {
-			return 0, 0, false
-		}
-		if nl.ind < col {
-			break
-		}
 		e := p.entry(nl.start+col, nl.end)
 		if e < 0 {
 			return 0, 0, false
@@ -355,6 +350,22 @@ func (p *fyParser) seq(li, col int) (node, next int, ok bool) {
 	}
 	p.depth--
 	return p.collection(fnSeq, base), next, true
+}
+
+// nextSibling finds the line after a collection's item: more is false at
+// the collection's end (end of input or a shallower line), ok is false
+// for a deeper line, which the subset does not have.
+func (p *fyParser) nextSibling(next, col int) (line int, more, ok bool) {
+	if next, ok = p.skipBlank(next); !ok {
+		return 0, false, false
+	}
+	if next == len(p.lines) {
+		return next, false, true
+	}
+	if ind := p.lines[next].ind; ind != col {
+		return next, false, ind < col
+	}
+	return next, true, true
 }
 
 // mapping parses a block mapping whose first key is on line li at column
@@ -379,17 +390,11 @@ func (p *fyParser) mapping(li, col int) (node, next int, ok bool) {
 		}
 		p.nodes[child].key = key
 		p.stack = append(p.stack, child)
-		if next, ok = p.skipBlank(next); !ok {
+		var more bool
+		if next, more, ok = p.nextSibling(next, col); !ok {
 			return 0, 0, false
 		}
-		if next == len(p.lines) {
-			break
-		}
-		nl := p.lines[next]
-		if nl.ind > col {
-			return 0, 0, false
-		}
-		if nl.ind < col {
+		if !more {
 			break
 		}
 		li = next

@@ -60,19 +60,6 @@ func (w *Writer) WriteObject(obj any) error {
 	return w.writeJSON(bytes.TrimSuffix(w.js.Bytes(), []byte("\n")))
 }
 
-// WriteJSON writes an object given as JSON.
-func (w *Writer) WriteJSON(b []byte) error {
-	if w.format == FormatYAML {
-		y, err := w.conv.convert(w.buf[:0], b)
-		if err != nil {
-			return err
-		}
-		w.buf = y
-		return w.writeYAML(y)
-	}
-	return w.writeJSON(b)
-}
-
 // WriteDocument writes a document of an input stream; YAML is copied as
 // written, comments included.
 func (w *Writer) WriteDocument(d *Document) error {
