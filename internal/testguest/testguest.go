@@ -47,6 +47,14 @@ const (
 // also signalled through ACPI, still works.
 const IgnoreACPI = "testguest.ignore_acpi=1"
 
+// Agent, appended to the kernel command line, starts a stand-in for
+// qemu-guest-agent on the port org.qemu.guest_agent.0: it answers
+// guest-shutdown by powering off and prints AgentLine when it listens.
+const Agent = "testguest.agent=1"
+
+// AgentLine is printed once the stand-in agent has opened its port.
+const AgentLine = "TESTGUEST AGENT"
+
 // Guest is a kernel and initramfs for qemu's direct kernel boot.
 type Guest struct {
 	// Kernel is the uncompressed kernel, booted through its PVH entry by

@@ -161,3 +161,19 @@ func TestGuestShutdownStops(t *testing.T) {
 		t.Fatal("the desired state was not set to Stopped")
 	}
 }
+
+// TestGuestAgentShutdown: with a guest agent connected, SIGTERM goes to the
+// agent, which also works for a guest that ignores ACPI.
+func TestGuestAgentShutdown(t *testing.T) {
+	v := newGuestVM(t, guestVM, testguest.IgnoreACPI, testguest.Agent)
+	mon := v.start()
+	waitRunning(t, mon)
+	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	v.waitConsole(testguest.AgentLine, 30*time.Second)
+	time.Sleep(200 * time.Millisecond) // the runner sees the port open (VSERPORT_CHANGE)
+	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, runner.ExitClean, v.wait(60*time.Second))
+	log, _ := os.ReadFile(v.output)
+	require.Contains(t, string(log), "Asked the guest agent to shut down")
+	require.Contains(t, string(log), "The guest shut down cleanly")
+}

@@ -274,6 +274,7 @@ func (l *liveState) updatePassword(ctx context.Context) error {
 
 // handleEvent updates the live state and status from a QMP event.
 func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
+	r.log.Debug("QMP event", "event", ev.Name, "data", ev.Data)
 	l := r.live
 	switch ev.Name {
 	case qmp.EventDeviceTrayMoved:

@@ -128,7 +128,7 @@ func (v *vm) start() *qmp.Monitor {
 	v.output = filepath.Join(v.dir, "runner.log")
 	out, err := os.Create(v.output)
 	require.NoError(v.t, err)
-	v.cmd = exec.Command(vmRunner, "-c", v.config, "--template-dir", filepath.Join(v.dir, "templates"))
+	v.cmd = exec.Command(vmRunner, "-c", v.config, "--template-dir", filepath.Join(v.dir, "templates"), "--debug")
 	v.cmd.Stdout, v.cmd.Stderr = out, out
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(v.t, v.cmd.Start())
