@@ -46,6 +46,20 @@ case " $(cat /proc/cmdline) " in
 *" testguest.agent=1 "*) agent & ;;
 esac
 
+lock_cd() {
+	until [ -e /dev/sr0 ]; do sleep 0.1; done
+	exec 4</dev/sr0
+	echo "TESTGUEST CD LOCKED"
+	sleep "$1"
+	exec 4<&-
+	echo "TESTGUEST CD RELEASED"
+}
+for p in $(cat /proc/cmdline); do
+	case "$p" in
+	testguest.lock_cd=*) lock_cd "${p#*=}" & ;;
+	esac
+done
+
 # Hot-plugged CPUs arrive offline; on a full distribution a udev rule onlines
 # them. Unplug needs nothing here: the kernel offlines and ejects the CPU
 # itself on the ACPI eject request.

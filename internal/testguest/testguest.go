@@ -55,6 +55,18 @@ const Agent = "testguest.agent=1"
 // AgentLine is printed once the stand-in agent has opened its port.
 const AgentLine = "TESTGUEST AGENT"
 
+// LockCD returns the kernel parameter that makes the guest hold its CD
+// drive open (Linux then locks the tray) and release it after the given
+// seconds. The guest prints CDLockedLine and CDReleasedLine. (Debian's
+// busybox has no eject: a test opens the tray itself, as a desktop would.)
+func LockCD(seconds int) string { return "testguest.lock_cd=" + strconv.Itoa(seconds) }
+
+// Lines of LockCD.
+const (
+	CDLockedLine   = "TESTGUEST CD LOCKED"
+	CDReleasedLine = "TESTGUEST CD RELEASED"
+)
+
 // Guest is a kernel and initramfs for qemu's direct kernel boot.
 type Guest struct {
 	// Kernel is the uncompressed kernel, booted through its PVH entry by
@@ -91,6 +103,8 @@ const defaultAppend = "console=ttyS0 quiet panic=-1"
 var modules = []string{
 	"button", "evdev",
 	"virtio_pci", "virtio_console", "virtio_balloon", "virtio_blk", "virtio_net",
+	// The CD drive: q35's AHCI controller and the SCSI CD driver.
+	"ahci", "sr_mod",
 }
 
 // applets get a symlink to busybox in /bin.

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -176,4 +177,40 @@ func TestGuestAgentShutdown(t *testing.T) {
 	log, _ := os.ReadFile(v.output)
 	require.Contains(t, string(log), "Asked the guest agent to shut down")
 	require.Contains(t, string(log), "The guest shut down cleanly")
+}
+
+// TestGuestLockedTray: a guest that holds its CD drive has the tray
+// locked; a medium change waits until the tray opens (the guest releases
+// the drive, then the test opens the tray as a desktop's eject would).
+func TestGuestLockedTray(t *testing.T) {
+	const hold = 8 // seconds the guest keeps the drive
+	cfg := guestVM + "drives:\n- type: ide-cd\n  file: DIR/a.iso\n"
+	v := newGuestVM(t, cfg, testguest.LockCD(hold))
+	mon := v.start()
+	waitRunning(t, mon)
+	v.waitConsole(testguest.CDLockedLine, 90*time.Second)
+	locked := time.Now()
+	ctx := t.Context()
+
+	v.writeConfig(strings.Replace(cfg, "a.iso", "b.iso", 1))
+	eventually(t, 5*time.Second, func() error {
+		if log, _ := os.ReadFile(v.output); !strings.Contains(string(log), "CD change waits for the guest to release the tray") {
+			return errors.New("the runner did not wait for the tray")
+		}
+		return nil
+	})
+	m, err := cdMedium(ctx, mon, "cd0")
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(v.dir, "a.iso"), m, "the locked drive keeps its medium")
+
+	v.waitConsole(testguest.CDReleasedLine, 2*hold*time.Second)
+	require.NoError(t, mon.BlockdevOpenTray(ctx, "cd0", false))
+	eventually(t, 10*time.Second, func() error {
+		m, err := cdMedium(ctx, mon, "cd0")
+		if err == nil && m != filepath.Join(v.dir, "b.iso") {
+			err = fmt.Errorf("medium %q", m)
+		}
+		return err
+	})
+	require.GreaterOrEqual(t, time.Since(locked), time.Duration(hold)*time.Second/2, "changed only after the release")
 }
