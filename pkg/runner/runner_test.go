@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -452,4 +454,56 @@ func readFile(t *testing.T, path string) string {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// statusRecorder is a Reporter that keeps every status.
+type statusRecorder struct {
+	mu       sync.Mutex
+	statuses []runner.Status
+}
+
+func (r *statusRecorder) Report(_ context.Context, s runner.Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.statuses = append(r.statuses, s)
+}
+func (*statusRecorder) SetStopped(context.Context) error { return nil }
+
+func (r *statusRecorder) seen(f func(runner.Status) bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.statuses, f)
+}
+
+// TestStatusReports: what the runner observes reaches its Reporter: the
+// VM running, CPUs, the password serial, and a SPICE client connecting.
+func TestStatusReports(t *testing.T) {
+	v := newVM(t, strings.Replace(firmwareVM, "powerdownTimeout: 30", "powerdownTimeout: 1", 1))
+	v.writeFile("display-password", "pw")
+	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")}})
+	require.NoError(t, err)
+	rec := &statusRecorder{}
+	r.UseReporter(rec)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	eventually(t, 30*time.Second, func() error {
+		if !rec.seen(func(s runner.Status) bool { return s.Running && s.CPUs == 1 && s.DisplayPasswordSerial == 1 }) {
+			return errors.New("no running status with 1 CPU and password serial 1")
+		}
+		return nil
+	})
+	ok, err := spicetest.Login(t.Context(), fmt.Sprintf("127.0.0.1:%d", v.spicePort), "pw")
+	require.NoError(t, err)
+	require.True(t, ok)
+	eventually(t, 10*time.Second, func() error {
+		if !rec.seen(func(s runner.Status) bool { return s.ConsoleClient == "127.0.0.1" }) {
+			return errors.New("no status with the console client")
+		}
+		return nil
+	})
 }
