@@ -40,13 +40,8 @@ func newLiveState(r *Runner) *liveState {
 	return l
 }
 
-// applyAll applies the config's current values to a qemu that was just
-// started (paused).
-func (l *liveState) applyAll(ctx context.Context, c *runnerconfig.Config) error {
-	return l.apply(ctx, c)
-}
-
-// apply brings the live values of qemu in line with c.
+// apply brings the live values of qemu in line with c: at the start (qemu
+// paused) and after each config change.
 func (l *liveState) apply(ctx context.Context, c *runnerconfig.Config) error {
 	var errs []error
 	if c.VM.CurrentCPUs != l.cpus {

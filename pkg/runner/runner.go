@@ -186,7 +186,7 @@ func (r *Runner) start(ctx context.Context) error {
 		return fmt.Errorf("QMP: %w", err)
 	}
 	r.live = newLiveState(r)
-	if err := r.live.applyAll(ctx, c); err != nil {
+	if err := r.live.apply(ctx, c); err != nil {
 		return err
 	}
 	if err := r.mon.Cont(ctx); err != nil {
@@ -261,7 +261,7 @@ func (r *Runner) cleanup() {
 	}
 }
 
-// stopReason tells why the event loop ended.
+// exitFor turns how qemu ended into the runner's result.
 func exitFor(qemu *process, guestShutdown, forced bool) error {
 	switch {
 	case forced:

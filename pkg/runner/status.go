@@ -34,6 +34,3 @@ func (nopReporter) SetStopped(context.Context) error { return nil }
 func (r *Runner) report(ctx context.Context) {
 	r.opts.Reporter.Report(ctx, r.status)
 }
-
-// Status returns the last observed status.
-func (r *Runner) Status() Status { return r.status }
