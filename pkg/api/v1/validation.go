@@ -68,7 +68,7 @@ func (vm *VirtualMachine) Validate() field.ErrorList {
 			errs = append(errs, field.Invalid(meta.Child("namespace"), vm.Namespace, msg))
 		}
 	}
-	errs = append(errs, metav1validation.ValidateLabels(vm.Labels, meta.Child("labels"))...)
+	errs = append(errs, validateLabels(vm.Labels, meta.Child("labels"))...)
 	errs = append(errs, apivalidation.ValidateAnnotations(vm.Annotations, meta.Child("annotations"))...)
 	spec := field.NewPath("spec")
 	errs = append(errs, vm.Spec.Image.validate(spec.Child("image"))...)
@@ -338,7 +338,7 @@ func (v *VMSpec) validateVolumeClaimTemplate(i int, p *field.Path, names sets.Se
 		errs = append(errs, field.Duplicate(mp.Child("name"), t.Metadata.Name))
 	}
 	names.Insert(name)
-	errs = append(errs, metav1validation.ValidateLabels(t.Metadata.Labels, mp.Child("labels"))...)
+	errs = append(errs, validateLabels(t.Metadata.Labels, mp.Child("labels"))...)
 	errs = append(errs, apivalidation.ValidateAnnotations(t.Metadata.Annotations, mp.Child("annotations"))...)
 	sp := p.Child("spec")
 	if m := *t.Spec.VolumeMode; m != corev1.PersistentVolumeBlock {
@@ -354,7 +354,7 @@ func (v *VMSpec) validateVolumeClaimTemplate(i int, p *field.Path, names sets.Se
 				[]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadWriteMany, corev1.ReadOnlyMany, corev1.ReadWriteOncePod}))
 		}
 	}
-	if t.Spec.Selector != nil {
+	if sel := t.Spec.Selector; sel != nil && (len(sel.MatchExpressions) > 0 || !labelsOK(sel.MatchLabels)) {
 		errs = append(errs, metav1validation.ValidateLabelSelector(t.Spec.Selector, metav1validation.LabelSelectorValidationOptions{}, sp.Child("selector"))...)
 	}
 	return errs
@@ -392,4 +392,57 @@ func dnsLabelErrors(s string) []string {
 		return nil
 	}
 	return validation.IsDNS1123Label(s)
+}
+
+// validateLabels is metav1validation.ValidateLabels with labelsOK first.
+func validateLabels(labels map[string]string, p *field.Path) field.ErrorList {
+	if labelsOK(labels) {
+		return nil
+	}
+	return metav1validation.ValidateLabels(labels, p)
+}
+
+// labelsOK is a quick check that every key is a qualified name and every
+// value a label value; apimachinery's regexps cost more than the rest of
+// a VM's validation, so they only run to explain a failure.
+func labelsOK(labels map[string]string) bool {
+	for k, v := range labels {
+		prefix, name, found := strings.Cut(k, "/")
+		if !found {
+			prefix, name = "", k
+		}
+		if (found && (len(prefix) > validation.DNS1123SubdomainMaxLength || !dnsSubdomain(prefix))) ||
+			len(name) > validation.LabelValueMaxLength || name == "" || !nameChars(name, false) ||
+			len(v) > validation.LabelValueMaxLength || (v != "" && !nameChars(v, false)) {
+			return false
+		}
+	}
+	return true
+}
+
+// dnsSubdomain: dot-separated DNS labels.
+func dnsSubdomain(s string) bool {
+	for label := range strings.SplitSeq(s, ".") {
+		if !nameChars(label, true) {
+			return false
+		}
+	}
+	return true
+}
+
+// nameChars: alphanumeric at both ends, and in between also '-', '.' and,
+// unless dns (a DNS subdomain: lower case only), '_' and upper case.
+func nameChars(s string, dns bool) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (!dns && c >= 'A' && c <= 'Z')
+		inner := c == '-' || c == '.' || (!dns && c == '_')
+		if !alnum && (!inner || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
 }
