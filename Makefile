@@ -36,6 +36,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzRender -fuzztime $(FUZZTIME) ./pkg/render
 	$(GO) test -run '^$$' -fuzz FuzzYAMLToJSON -fuzztime $(FUZZTIME) ./pkg/manifest
 	$(GO) test -run '^$$' -fuzz FuzzJSONToYAML -fuzztime $(FUZZTIME) ./pkg/manifest
+	$(GO) test -run '^$$' -fuzz FuzzObjectToYAML -fuzztime $(FUZZTIME) ./pkg/manifest
+	$(GO) test -run '^$$' -fuzz FuzzLabelsOK -fuzztime $(FUZZTIME) ./pkg/api/v1
+	$(GO) test -run '^$$' -fuzz FuzzDNSLabelErrors -fuzztime $(FUZZTIME) ./pkg/api/v1
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/runnerconfig
+	$(GO) test -run '^$$' -fuzz FuzzDefault -fuzztime $(FUZZTIME) ./pkg/cloudinit
 
 ## Regenerate deep-copy functions after changing pkg/api/v1 types.
 generate:
