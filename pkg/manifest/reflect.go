@@ -16,21 +16,38 @@ import (
 func ObjectToYAML(obj any) ([]byte, error) {
 	c := converters.Get().(*converter)
 	defer converters.Put(c)
-	return c.object(nil, obj)
+	return c.object(nil, obj, false)
 }
 
 // object writes obj as YAML without going through JSON text: it builds
 // the converter's nodes from the value itself, following encoding/json's
 // rules (field names and omitempty/omitzero from the json tags, embedded
 // structs flattened, json.Marshaler called, []byte as base64). Rendering
-// spends most of its time writing objects, and this halves that.
-func (c *converter) object(dst []byte, obj any) ([]byte, error) {
+// spends most of its time writing objects, and this halves that. With
+// manifest, a top-level status is left out.
+func (c *converter) object(dst []byte, obj any, manifest bool) ([]byte, error) {
 	c.nodes, c.kids, c.stack = c.nodes[:0], c.kids[:0], c.stack[:0]
 	root, err := c.value(reflect.ValueOf(obj))
 	if err != nil {
 		return dst, err
 	}
+	if n := &c.nodes[root]; manifest && n.kind == '{' {
+		kids := c.kids[n.first : n.first+n.n]
+		if i := slices.IndexFunc(kids, func(k int32) bool { return c.nodes[k].key == "status" }); i >= 0 {
+			copy(kids[i:], kids[i+1:]) // the kids after it move up one
+			n.n--
+		}
+	}
 	return c.emitRoot(dst, root), nil
+}
+
+// ManifestYAML writes a Kubernetes object as a manifest: ObjectToYAML
+// without the top-level status, which only a cluster writes (typed objects
+// always carry one, e.g. a StatefulSet's "replicas: 0").
+func ManifestYAML(dst []byte, obj any) ([]byte, error) {
+	c := converters.Get().(*converter)
+	defer converters.Put(c)
+	return c.object(dst, obj, true)
 }
 
 var (

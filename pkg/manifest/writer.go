@@ -25,9 +25,6 @@ type Writer struct {
 	n      int
 	buf    []byte
 	conv   converter
-	// js and enc encode objects into one reused buffer.
-	js  bytes.Buffer
-	enc *json.Encoder
 }
 
 // NewWriter writes in format to w. Call Close at the end.
@@ -40,24 +37,29 @@ func NewWriter(w io.Writer, format string) (*Writer, error) {
 	return &Writer{w: bufio.NewWriterSize(w, 64<<10), format: format}, nil
 }
 
-// WriteObject writes a Go object (a typed Kubernetes object or a map).
+// WriteObject writes a Kubernetes object (typed, or a map) as a manifest:
+// without its top-level status, which only a cluster writes.
 func (w *Writer) WriteObject(obj any) error {
 	if w.format == FormatYAML {
-		y, err := w.conv.object(w.buf[:0], obj)
+		y, err := w.conv.object(w.buf[:0], obj, true)
 		if err != nil {
 			return err
 		}
 		w.buf = y
 		return w.writeYAML(y)
 	}
-	if w.enc == nil {
-		w.enc = json.NewEncoder(&w.js)
-	}
-	w.js.Reset()
-	if err := w.enc.Encode(obj); err != nil {
+	b, err := json.Marshal(obj)
+	if err != nil {
 		return err
 	}
-	return w.writeJSON(bytes.TrimSuffix(w.js.Bytes(), []byte("\n")))
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err == nil {
+		delete(fields, "status")
+		if b, err = json.Marshal(fields); err != nil {
+			return err
+		}
+	}
+	return w.writeJSON(b)
 }
 
 // WriteDocument writes a document of an input stream; YAML is copied as

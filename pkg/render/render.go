@@ -51,7 +51,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "3"
+const Version = "4"
 
 // Names of containers, volumes and ports in the pod.
 const (

@@ -73,7 +73,7 @@ func toResults(ps []render.Problem, sev framework.Severity, ref *yaml.ResourceId
 }
 
 func toRNode(obj any) (*yaml.RNode, error) {
-	y, err := manifest.ObjectToYAML(obj)
+	y, err := manifest.ManifestYAML(nil, obj)
 	if err != nil {
 		return nil, err
 	}
