@@ -40,6 +40,15 @@ func newGuestVM(t *testing.T, config string, appends ...string) *vm {
 	return newVM(t, config, extra...)
 }
 
+// boot starts the runner and waits until the guest is up.
+func (v *vm) boot() *qmp.Monitor {
+	v.t.Helper()
+	mon := v.start()
+	waitRunning(v.t, mon)
+	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	return mon
+}
+
 // waitConsole waits until the guest has printed line on its console.
 func (v *vm) waitConsole(line string, timeout time.Duration) {
 	v.t.Helper()
@@ -56,9 +65,7 @@ func (v *vm) waitConsole(line string, timeout time.Duration) {
 
 func TestGuestShutsDownOnSIGTERM(t *testing.T) {
 	v := newGuestVM(t, guestVM)
-	mon := v.start()
-	waitRunning(t, mon)
-	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	v.boot()
 	start := time.Now()
 	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
 	code := v.wait(60 * time.Second)
@@ -72,9 +79,7 @@ func TestGuestShutsDownOnSIGTERM(t *testing.T) {
 
 func TestGuestIgnoringACPIIsStopped(t *testing.T) {
 	v := newGuestVM(t, strings.Replace(guestVM, "powerdownTimeout: 120", "powerdownTimeout: 3", 1), testguest.IgnoreACPI)
-	mon := v.start()
-	waitRunning(t, mon)
-	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	v.boot()
 	start := time.Now()
 	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
 	code := v.wait(30 * time.Second)
@@ -84,9 +89,7 @@ func TestGuestIgnoringACPIIsStopped(t *testing.T) {
 
 func TestGuestCPUsAndBalloon(t *testing.T) {
 	v := newGuestVM(t, guestVM)
-	mon := v.start()
-	waitRunning(t, mon)
-	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	mon := v.boot()
 	ctx := t.Context()
 	cpus := func(want int) {
 		t.Helper()
@@ -167,9 +170,7 @@ func TestGuestShutdownStops(t *testing.T) {
 // agent, which also works for a guest that ignores ACPI.
 func TestGuestAgentShutdown(t *testing.T) {
 	v := newGuestVM(t, guestVM, testguest.IgnoreACPI, testguest.Agent)
-	mon := v.start()
-	waitRunning(t, mon)
-	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	v.boot()
 	v.waitConsole(testguest.AgentLine, 30*time.Second)
 	time.Sleep(200 * time.Millisecond) // the runner sees the port open (VSERPORT_CHANGE)
 	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
