@@ -87,3 +87,13 @@ func TestCommandGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestFirmwareKinds: every firmware a config may name has its files.
+func TestFirmwareKinds(t *testing.T) {
+	for _, kind := range runnerconfig.Firmwares {
+		if _, ok := firmwareFiles[kind]; !ok && kind != "bios" {
+			t.Errorf("no firmware files for %q", kind)
+		}
+	}
+	require.Len(t, firmwareFiles, len(runnerconfig.Firmwares)-1)
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -26,6 +27,9 @@ const (
 	// maxCDROMs: q35's AHCI controller has six ports.
 	maxCDROMs = 6
 )
+
+// Firmwares are the firmware kinds the runner knows.
+var Firmwares = []string{"bios", "uefi", "uefi-4m", "secure", "secure-4m"}
 
 // Load reads, defaults and validates a config file. The error names the
 // file and, for invalid values, every field at fault.
@@ -174,10 +178,8 @@ func (c *Config) Validate() field.ErrorList {
 	if v.Name == "" {
 		errs = append(errs, field.Required(p.Child("name"), ""))
 	}
-	switch v.Firmware {
-	case "bios", "uefi", "uefi-4m", "secure", "secure-4m":
-	default:
-		errs = append(errs, field.NotSupported(p.Child("firmware"), v.Firmware, []string{"bios", "uefi", "uefi-4m", "secure", "secure-4m"}))
+	if !slices.Contains(Firmwares, v.Firmware) {
+		errs = append(errs, field.NotSupported(p.Child("firmware"), v.Firmware, Firmwares))
 	}
 	if *v.PowerdownTimeout < 0 {
 		errs = append(errs, field.Invalid(p.Child("powerdownTimeout"), *v.PowerdownTimeout, "must be 0 or more seconds"))

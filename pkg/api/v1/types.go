@@ -111,13 +111,15 @@ const (
 type Firmware string
 
 const (
-	FirmwareBIOS       Firmware = "bios"
-	FirmwareUEFI       Firmware = "uefi"
-	FirmwareUEFI4M     Firmware = "uefi-4m"
-	FirmwareSecure     Firmware = "secure"
-	FirmwareSecure4M   Firmware = "secure-4m"
-	firmwareValuesList          = "bios, uefi, uefi-4m, secure, secure-4m"
+	FirmwareBIOS     Firmware = "bios"
+	FirmwareUEFI     Firmware = "uefi"
+	FirmwareUEFI4M   Firmware = "uefi-4m"
+	FirmwareSecure   Firmware = "secure"
+	FirmwareSecure4M Firmware = "secure-4m"
 )
+
+// Firmwares lists every Firmware.
+var Firmwares = []Firmware{FirmwareBIOS, FirmwareUEFI, FirmwareUEFI4M, FirmwareSecure, FirmwareSecure4M}
 
 // VMSpec describes the virtual machine itself.
 type VMSpec struct {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -165,11 +166,8 @@ func (v *VMSpec) validate(p *field.Path) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(p.Child("state"), v.State, []VMState{StateRunning, StateStopped}))
 	}
-	switch v.Firmware {
-	case FirmwareBIOS, FirmwareUEFI, FirmwareUEFI4M, FirmwareSecure, FirmwareSecure4M:
-	default:
-		errs = append(errs, field.NotSupported(p.Child("firmware"), v.Firmware,
-			[]Firmware{FirmwareBIOS, FirmwareUEFI, FirmwareUEFI4M, FirmwareSecure, FirmwareSecure4M}))
+	if !slices.Contains(Firmwares, v.Firmware) {
+		errs = append(errs, field.NotSupported(p.Child("firmware"), v.Firmware, Firmwares))
 	}
 	if v.MachineUUID != "" {
 		if _, err := uuid.Parse(v.MachineUUID); err != nil {
