@@ -35,6 +35,7 @@ import (
 var caseOptions = map[string]render.StreamOptions{
 	"namespace-option":         {Namespace: "vmop-demo"},
 	"display-secret-option":    {Options: render.Options{DisplaySecret: "shared-display-secret"}},
+	"service-account-option":   {Options: render.Options{ServiceAccount: "vm-runner"}},
 	"error-namespace-mismatch": {Namespace: "other"},
 }
 

@@ -6,6 +6,7 @@ package render
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -42,16 +43,21 @@ const (
 	// password (VM-Operator's convention).
 	ComponentDisplaySecret = "display-secret"
 
-	// AnnotationHash carries a hash of what the objects are rendered from
-	// (the VM's spec, name and namespace, the Options and Version), so that
-	// a caller can skip a write when the object in the cluster has the same.
+	// AnnotationHash carries a hash of what an object is rendered from, so
+	// that a caller can skip a write when the object in the cluster has the
+	// same. Each object has its own: a live change (currentCpus, currentRam,
+	// a CD) changes the ConfigMap's hash only.
 	AnnotationHash = v1.Group + "/render-hash"
+	// AnnotationRestartHash, on the pod template and so on the pod, is a
+	// hash of what applies only when the VM starts. A pod whose value
+	// differs from its StatefulSet's template runs an outdated VM.
+	AnnotationRestartHash = v1.Group + "/restart-hash"
 )
 
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "4"
+const Version = "5"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -78,6 +84,10 @@ type Options struct {
 	// DisplaySecret names the VM's display Secret. Empty means the
 	// conventional "<vm>-display-secret", mounted as optional.
 	DisplaySecret string
+	// ServiceAccount is the runner pod's service account. Empty leaves the
+	// namespace's default, which suits GitOps mode: the account must exist
+	// before the StatefulSet can create its pod.
+	ServiceAccount string
 }
 
 // Objects are the objects one VM renders to. Secret and Service are nil
@@ -148,21 +158,42 @@ func (r *renderer) render() (*Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs := &Objects{ConfigMap: cm, Secret: secret, StatefulSet: r.statefulSet(secret), Service: r.service()}
-	hash, err := r.hash()
+	restartHash, err := r.specHash(restartSpec)
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range objs.List() {
-		m := o.(metav1.Object)
-		a := m.GetAnnotations()
-		if a == nil {
-			a = map[string]string{}
+	objs := &Objects{ConfigMap: cm, Secret: secret, StatefulSet: r.statefulSet(secret, restartHash), Service: r.service()}
+	stsHash, err := r.specHash(templateSpec)
+	if err != nil {
+		return nil, err
+	}
+	setHash(objs.StatefulSet, stsHash)
+	setHash(cm, hashOf([]byte(cm.Namespace), []byte(cm.Name), []byte(cm.Data[runnerconfig.ConfigFile])))
+	if secret != nil {
+		parts := [][]byte{[]byte(secret.Namespace), []byte(secret.Name)}
+		for _, k := range cloudInitFiles {
+			parts = append(parts, []byte(k), secret.Data[k])
 		}
-		a[AnnotationHash] = hash
-		m.SetAnnotations(a)
+		setHash(secret, hashOf(parts...))
+	}
+	if objs.Service != nil {
+		// Rare and small: hash the object itself.
+		b, err := json.Marshal(objs.Service)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r.vm.Name, err)
+		}
+		setHash(objs.Service, hashOf(b))
 	}
 	return objs, nil
+}
+
+func setHash(o metav1.Object, hash string) {
+	a := o.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[AnnotationHash] = hash
+	o.SetAnnotations(a)
 }
 
 // Labels returns the labels that mark every object of the VM.
@@ -297,7 +328,7 @@ func (r *renderer) cloudInitSecret() (*corev1.Secret, error) {
 	}, nil
 }
 
-func (r *renderer) statefulSet(cloudInit *corev1.Secret) *appsv1.StatefulSet {
+func (r *renderer) statefulSet(cloudInit *corev1.Secret, restartHash string) *appsv1.StatefulSet {
 	vm, v := r.vm, &r.vm.Spec.VM
 	replicas := int32(0)
 	if v.State == v1.StateRunning {
@@ -308,6 +339,7 @@ func (r *renderer) statefulSet(cloudInit *corev1.Secret) *appsv1.StatefulSet {
 	pod := corev1.PodSpec{
 		TerminationGracePeriodSeconds: ptr.To(*v.PowerdownTimeout + graceMargin),
 		EnableServiceLinks:            ptr.To(false),
+		ServiceAccountName:            r.opts.ServiceAccount,
 		NodeName:                      vm.Spec.NodeName,
 		NodeSelector:                  vm.Spec.NodeSelector,
 		Affinity:                      vm.Spec.Affinity,
@@ -336,8 +368,11 @@ func (r *renderer) statefulSet(cloudInit *corev1.Secret) *appsv1.StatefulSet {
 				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 			},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
-				Spec:       pod,
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      podLabels,
+					Annotations: map[string]string{AnnotationRestartHash: restartHash},
+				},
+				Spec: pod,
 			},
 			VolumeClaimTemplates: r.volumeClaimTemplates(),
 		},
@@ -350,6 +385,9 @@ func (r *renderer) container() corev1.Container {
 		Name:            ContainerRunner,
 		Image:           image(s.Image),
 		ImagePullPolicy: s.Image.PullPolicy,
+		// The runner's last log lines explain a crash in the pod's status,
+		// where the operator reports them.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		// qemu needs /dev/kvm, tap devices and the raw disks.
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 		VolumeMounts: []corev1.VolumeMount{
@@ -372,9 +410,12 @@ func (r *renderer) container() corev1.Container {
 	if s.Resources != nil {
 		c.Resources = *s.Resources
 	} else {
-		cpu := resource.NewMilliQuantity(int64(*v.CurrentCPUs)*1000/cpuOvercommit, resource.DecimalSI)
+		// From the maxima, not the current values: the VM may grow to them
+		// live, and a pod's requests change only when it is recreated, so
+		// current values would make every live change a template change.
+		cpu := resource.NewMilliQuantity(int64(*v.MaximumCPUs)*1000/cpuOvercommit, resource.DecimalSI)
 		// Whole MiB read better than a byte count.
-		mem := resource.NewQuantity(int64(float64(v.CurrentRAM.Bytes())/ramOvercommit)>>20<<20, resource.BinarySI)
+		mem := resource.NewQuantity(int64(float64(v.MaximumRAM.Bytes())/ramOvercommit)>>20<<20, resource.BinarySI)
 		c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem}
 	}
 	return c
@@ -519,16 +560,57 @@ func merge(dst map[string]string, src map[string]*string) {
 	}
 }
 
-// hash is the hash of everything the objects are rendered from.
-func (r *renderer) hash() (string, error) {
+// specView picks the part of a spec that an object depends on.
+type specView func(v1.VirtualMachineSpec) v1.VirtualMachineSpec
+
+// templateSpec is what the StatefulSet depends on: all but the Service and
+// what the runner applies live from its ConfigMap (CPUs, RAM, CD media).
+func templateSpec(s v1.VirtualMachineSpec) v1.VirtualMachineSpec {
+	s.LoadBalancerService = nil
+	s.VM.CurrentCPUs, s.VM.CurrentRAM = nil, ""
+	disks := make([]v1.Disk, len(s.VM.Disks))
+	for i, d := range s.VM.Disks {
+		if d.CDROM != nil {
+			d.CDROM = &v1.CDROM{}
+		}
+		disks[i] = d
+	}
+	s.VM.Disks = disks
+	return s
+}
+
+// restartSpec is what applies only when the VM starts: also not the
+// desired state, nor powerdownTimeout (the runner reads it live).
+func restartSpec(s v1.VirtualMachineSpec) v1.VirtualMachineSpec {
+	s = templateSpec(s)
+	s.VM.State, s.VM.PowerdownTimeout = "", nil
+	return s
+}
+
+// specHash hashes the view of the spec with the name, namespace, options
+// and Version, which all objects depend on.
+func (r *renderer) specHash(view specView) (string, error) {
 	b, err := json.Marshal(struct {
-		Version, Name, Namespace string
-		Options                  Options
-		Spec                     *v1.VirtualMachineSpec
-	}{Version, r.vm.Name, r.vm.Namespace, r.opts, &r.vm.Spec})
+		Name, Namespace string
+		Options         Options
+		Spec            v1.VirtualMachineSpec
+	}{r.vm.Name, r.vm.Namespace, r.opts, view(r.vm.Spec)})
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", r.vm.Name, err)
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8]), nil
+	return hashOf(b), nil
+}
+
+// hashOf hashes Version and the parts, each length-prefixed so that
+// moving bytes between parts changes the hash.
+func hashOf(parts ...[]byte) string {
+	h := sha256.New()
+	h.Write([]byte(Version))
+	for _, p := range parts {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }

@@ -58,9 +58,9 @@ spec:
     maximumRam: 4Gi
 `
 
-// hashOf renders a VM and returns the render-hash, checking that every
-// object carries the same one.
-func hashOf(t *testing.T, manifestYAML string, opts render.Options) string {
+// hashes renders a VM and returns the render-hash of each object by kind,
+// and the pod template's restart-hash under "restart".
+func hashes(t *testing.T, manifestYAML string, opts render.Options) map[string]string {
 	t.Helper()
 	vm, err := v1.DecodeJSON(mustJSON(t, manifestYAML))
 	require.NoError(t, err)
@@ -68,16 +68,15 @@ func hashOf(t *testing.T, manifestYAML string, opts render.Options) string {
 	require.NoError(t, err)
 	list := objs.List()
 	require.Len(t, list, 4, "ConfigMap, Secret, StatefulSet, Service")
-	hash := ""
+	out := map[string]string{}
 	for _, o := range list {
 		h := o.(metav1.Object).GetAnnotations()[render.AnnotationHash]
 		require.NotEmpty(t, h)
-		if hash == "" {
-			hash = h
-		}
-		require.Equal(t, hash, h, "all objects of a VM carry the same hash")
+		out[o.GetObjectKind().GroupVersionKind().Kind] = h
 	}
-	return hash
+	out["restart"] = objs.StatefulSet.Spec.Template.Annotations[render.AnnotationRestartHash]
+	require.NotEmpty(t, out["restart"])
+	return out
 }
 
 func mustJSON(t *testing.T, y string) []byte {
@@ -87,9 +86,12 @@ func mustJSON(t *testing.T, y string) []byte {
 	return j
 }
 
+// TestHashAnnotation checks that each object's hash changes exactly when
+// what it is rendered from changes, so that the operator writes only the
+// objects that changed, and that the restart hash ignores live changes.
 func TestHashAnnotation(t *testing.T) {
-	base := hashOf(t, hashBase, render.Options{})
-	require.Equal(t, base, hashOf(t, hashBase, render.Options{}), "same input, same hash")
+	base := hashes(t, hashBase, render.Options{})
+	require.Equal(t, base, hashes(t, hashBase, render.Options{}), "same input, same hashes")
 
 	same := map[string]string{
 		"labels changed":      strings.Replace(hashBase, "team: a", "team: b\n    extra: label", 1),
@@ -98,27 +100,40 @@ func TestHashAnnotation(t *testing.T) {
 		"resourceVersion set": strings.Replace(hashBase, "  labels:", "  resourceVersion: \"42\"\n  labels:", 1),
 	}
 	for name, y := range same {
-		require.Equal(t, base, hashOf(t, y, render.Options{}), name)
+		require.Equal(t, base, hashes(t, y, render.Options{}), name)
 	}
 
-	changed := map[string]string{
-		"currentCpus":     strings.Replace(hashBase, "currentCpus: 2", "currentCpus: 3", 1),
-		"state":           hashBase + "    state: Running\n",
-		"cloud-init":      strings.Replace(hashBase, "hostname: hash-vm", "hostname: other", 1),
-		"service":         strings.Replace(hashBase, "loadBalancerService: {}", "loadBalancerService: {labels: {a: b}}", 1),
-		"name":            strings.Replace(hashBase, "name: hash-vm", "name: hash-vm2", 1),
-		"namespace":       strings.Replace(hashBase, "namespace: vmop-demo", "namespace: other", 1),
-		"guest shutdown":  strings.Replace(hashBase, "spec:\n", "spec:\n  guestShutdownStops: true\n", 1),
-		"image":           strings.Replace(hashBase, "spec:\n", "spec:\n  image: {source: example.com/runner:2}\n", 1),
-		"unnamed to disk": hashBase + "    disks:\n    - cdrom: {image: \"\"}\n",
+	all := []string{"ConfigMap", "Secret", "StatefulSet", "Service", "restart"}
+	cd := hashBase + "    disks:\n    - cdrom: {image: a.iso}\n"
+	for _, c := range []struct {
+		name, base, changed string
+		differ              []string
+	}{
+		{"currentCpus", hashBase, strings.Replace(hashBase, "currentCpus: 2", "currentCpus: 3", 1), []string{"ConfigMap"}},
+		{"currentRam", hashBase, hashBase + "    currentRam: 2Gi\n", []string{"ConfigMap"}},
+		{"cd image", cd, strings.Replace(cd, "a.iso", "b.iso", 1), []string{"ConfigMap"}},
+		{"state", hashBase, hashBase + "    state: Running\n", []string{"StatefulSet"}},
+		{"powerdownTimeout", hashBase, hashBase + "    powerdownTimeout: 60\n", []string{"ConfigMap", "StatefulSet"}},
+		{"cloud-init", hashBase, strings.Replace(hashBase, "hostname: hash-vm", "hostname: other", 1), []string{"Secret", "StatefulSet", "restart"}}, // the guest reads it at boot
+		{"service", hashBase, strings.Replace(hashBase, "loadBalancerService: {}", "loadBalancerService: {labels: {a: b}}", 1), []string{"Service"}},
+		{"maximumRam", hashBase, strings.Replace(hashBase, "maximumRam: 4Gi", "maximumRam: 8Gi", 1), []string{"ConfigMap", "StatefulSet", "restart"}},
+		{"image", hashBase, strings.Replace(hashBase, "spec:\n", "spec:\n  image: {source: example.com/runner:2}\n", 1), []string{"StatefulSet", "restart"}},
+		{"guest shutdown", hashBase, strings.Replace(hashBase, "spec:\n", "spec:\n  guestShutdownStops: true\n", 1), []string{"ConfigMap", "StatefulSet", "restart"}},
+		{"name", hashBase, strings.ReplaceAll(hashBase, "name: hash-vm", "name: hash-vm2"), all},
+		{"namespace", hashBase, strings.Replace(hashBase, "namespace: vmop-demo", "namespace: other", 1), all},
+	} {
+		before, after := hashes(t, c.base, render.Options{}), hashes(t, c.changed, render.Options{})
+		var differ []string
+		for _, k := range all {
+			if before[k] != after[k] {
+				differ = append(differ, k)
+			}
+		}
+		require.Equal(t, c.differ, differ, "%s: the hashes that change", c.name)
 	}
-	seen := map[string]string{base: "base"}
-	for name, y := range changed {
-		h := hashOf(t, y, render.Options{})
-		require.NotContains(t, seen, h, "%s: the hash must change (same as %s)", name, seen[h])
-		seen[h] = name
-	}
-	require.NotEqual(t, base, hashOf(t, hashBase, render.Options{DisplaySecret: "other"}), "options are part of the hash")
+	opt := hashes(t, hashBase, render.Options{DisplaySecret: "other"})
+	require.NotEqual(t, base["StatefulSet"], opt["StatefulSet"], "options are part of the StatefulSet's hash")
+	require.NotEqual(t, base["restart"], opt["restart"], "options are part of the restart hash")
 }
 
 // TestRenderKeepsInput checks that Render works on a copy: the caller's
