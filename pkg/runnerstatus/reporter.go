@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -33,18 +32,13 @@ import (
 // FieldManager owns the status fields that the runner writes.
 const FieldManager = "vm-runner"
 
-// Condition types, reasons and messages that the runner writes.
+// The condition the runner writes. Running, Ready and RestartRequired are
+// the operator's, which sees the pod; the guest agent only the runner sees.
 const (
-	ConditionRunning         = "Running"
-	ConditionBooted          = "Booted"
-	ConditionRestartRequired = "RestartRequired"
+	ConditionBooted = "Booted"
 
-	ReasonVMStarted              = "VmStarted"
-	ReasonVMStopped              = "VmStopped"
 	ReasonGuestAgentConnected    = "GuestAgentConnected"
 	ReasonGuestAgentNotConnected = "GuestAgentNotConnected"
-	ReasonFieldsChanged          = "FieldsChanged"
-	ReasonUpToDate               = "UpToDate"
 )
 
 // ErrNotInCluster tells that the runner does not run in a pod, so there is
@@ -417,15 +411,11 @@ func (r *Reporter) statusObject(s runner.Status) *unstructured.Unstructured {
 // conditionList builds the runner's conditions; a condition keeps its
 // lastTransitionTime unless its status flips.
 func (r *Reporter) conditionList(s runner.Status) []any {
-	running := cond(ConditionRunning, s.Running, ReasonVMStarted, "The VM is running.", ReasonVMStopped, "The VM is not running.")
 	booted := cond(ConditionBooted, s.Booted, ReasonGuestAgentConnected, "The guest agent is connected.",
 		ReasonGuestAgentNotConnected, "The guest agent is not connected.")
-	restart := cond(ConditionRestartRequired, len(s.RestartRequired) > 0,
-		ReasonFieldsChanged, "Changes apply at the next start: "+strings.Join(s.RestartRequired, ", ")+".",
-		ReasonUpToDate, "All changes are applied.")
 	now := metav1.NewTime(r.opts.now().Truncate(time.Second))
 	var list []any
-	for _, c := range []metav1.Condition{running, booted, restart} {
+	for _, c := range []metav1.Condition{booted} {
 		c.ObservedGeneration = r.generation
 		c.LastTransitionTime = now
 		if old, ok := r.conditions[c.Type]; ok && old.Status == c.Status && !old.LastTransitionTime.IsZero() {
@@ -450,10 +440,9 @@ func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string
 	return metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: falseReason, Message: falseMsg}
 }
 
-// sameStatus compares statuses; nil and empty RestartRequired are equal.
+// sameStatus compares what the reporter writes of two statuses; Running
+// and RestartRequired are the operator's to report.
 func sameStatus(a, b runner.Status) bool {
-	if len(a.RestartRequired) == 0 && len(b.RestartRequired) == 0 {
-		a.RestartRequired, b.RestartRequired = nil, nil
-	}
-	return reflect.DeepEqual(a, b)
+	return a.Booted == b.Booted && a.CPUs == b.CPUs && a.RAM == b.RAM &&
+		a.ConsoleClient == b.ConsoleClient && a.DisplayPasswordSerial == b.DisplayPasswordSerial
 }

@@ -73,17 +73,12 @@ func TestReporter(t *testing.T) {
 		require.EqualValues(t, 3, st.DisplayPasswordSerial)
 		require.Equal(t, version.Get(), st.RunnerVersion)
 		gen := e.getVM(t, "default", "fields").GetGeneration()
-		running := condition(t, st, ConditionRunning)
-		require.Equal(t, metav1.ConditionTrue, running.Status)
-		require.Equal(t, ReasonVMStarted, running.Reason)
-		require.Equal(t, gen, running.ObservedGeneration)
 		booted := condition(t, st, ConditionBooted)
 		require.Equal(t, metav1.ConditionFalse, booted.Status)
 		require.Equal(t, ReasonGuestAgentNotConnected, booted.Reason)
-		restart := condition(t, st, ConditionRestartRequired)
-		require.Equal(t, metav1.ConditionTrue, restart.Status)
-		require.Equal(t, ReasonFieldsChanged, restart.Reason)
-		require.Contains(t, restart.Message, "maximumCpus, firmware")
+		require.Equal(t, gen, booted.ObservedGeneration)
+		// Running and RestartRequired are the operator's conditions.
+		require.Len(t, st.Conditions, 1)
 
 		// The runner's fields belong to its field manager, on the status.
 		var owned bool
@@ -98,7 +93,6 @@ func TestReporter(t *testing.T) {
 			return condition(t, st, ConditionBooted).Status == metav1.ConditionTrue
 		})
 		require.Empty(t, st.ConsoleClient)
-		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionRestartRequired).Status)
 		require.Equal(t, ReasonGuestAgentConnected, condition(t, st, ConditionBooted).Reason)
 
 		// Stop flushes a stopped VM before it returns.
@@ -106,8 +100,6 @@ func TestReporter(t *testing.T) {
 		defer cancel()
 		require.NoError(t, r.Stop(stopCtx))
 		st = e.status(t, "default", "fields")
-		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionRunning).Status)
-		require.Equal(t, ReasonVMStopped, condition(t, st, ConditionRunning).Reason)
 		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionBooted).Status)
 		require.EqualValues(t, 2, st.CPUs)
 		require.NoError(t, r.Stop(stopCtx), "a second Stop")
@@ -166,35 +158,29 @@ func TestReporter(t *testing.T) {
 		t0 := clock.Now()
 		r.Report(ctx, runner.Status{Running: true, CPUs: 1})
 		st := e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 1 })
-		requireLTT(t, st, ConditionRunning, t0)
 		requireLTT(t, st, ConditionBooted, t0)
 
 		t1 := clock.Add(time.Hour)
 		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2})
 		st = e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
-		requireLTT(t, st, ConditionRunning, t0)
 		requireLTT(t, st, ConditionBooted, t1)
-		requireLTT(t, st, ConditionRestartRequired, t0)
 
-		t2 := clock.Add(time.Hour)
-		r.Report(ctx, runner.Status{Running: false, Booted: true, CPUs: 3})
+		clock.Add(time.Hour)
+		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 3})
 		st = e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 3 })
-		requireLTT(t, st, ConditionRunning, t2)
 		requireLTT(t, st, ConditionBooted, t1)
 
-		// A restarted runner keeps the times of what did not flip.
+		// Stop flips Booted; a restarted runner keeps that time.
+		t3 := clock.Add(time.Hour)
 		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		require.NoError(t, r.Stop(stopCtx))
-		st = e.status(t, "default", "flips")
-		requireLTT(t, st, ConditionBooted, t2) // Stop flipped it
+		requireLTT(t, e.status(t, "default", "flips"), ConditionBooted, t3)
 		r2 := e.reporter(t, e.cfg, "default", "flips", nil, opts)
 		clock.Add(time.Hour)
 		r2.Report(ctx, runner.Status{Running: false, CPUs: 4})
 		st = e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 4 })
-		requireLTT(t, st, ConditionRunning, t2)
-		requireLTT(t, st, ConditionBooted, t2)
-		requireLTT(t, st, ConditionRestartRequired, t0)
+		requireLTT(t, st, ConditionBooted, t3)
 	})
 
 	t.Run("the operator's conditions and fields survive", func(t *testing.T) {
@@ -228,7 +214,7 @@ func TestReporter(t *testing.T) {
 		operatorApply(metav1.ConditionFalse)
 		st = e.status(t, "default", "shared")
 		require.Equal(t, metav1.ConditionFalse, condition(t, st, "Ready").Status)
-		require.Equal(t, metav1.ConditionTrue, condition(t, st, ConditionRunning).Status)
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionBooted).Status)
 		require.EqualValues(t, 1, st.CPUs)
 
 		// ...and the runner's next one the operator's.
@@ -236,7 +222,7 @@ func TestReporter(t *testing.T) {
 		st = e.waitStatus(t, "default", "shared", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
 		require.Equal(t, metav1.ConditionFalse, condition(t, st, "Ready").Status)
 		require.Equal(t, "node-1", st.Node)
-		require.Len(t, st.Conditions, 4)
+		require.Len(t, st.Conditions, 2)
 	})
 
 	t.Run("a missing VirtualMachine is looked up rarely and nothing is written", func(t *testing.T) {
@@ -342,7 +328,7 @@ func TestReporter(t *testing.T) {
 		defer cancel()
 		require.NoError(t, r.Stop(stopCtx))
 		st := e.status(t, ns, "vm")
-		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionRunning).Status)
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionBooted).Status)
 		state, _, _ := unstructured.NestedString(e.getVM(t, ns, "vm").Object, "spec", "vm", "state")
 		require.Equal(t, "Stopped", state)
 
