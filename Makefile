@@ -1,11 +1,11 @@
-# vmop: make build | test | bench | fuzz | generate | example
+# vmop: make build | test | e2e | cluster | bench | fuzz | generate | example
 GO        ?= go
 BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X github.com/vmop/vmop/pkg/version.Version=$(VERSION)
 FUZZTIME  ?= 30s
 
-.PHONY: all build test deps bench fuzz generate example vet
+.PHONY: all build test e2e cluster deps bench fuzz generate example vet
 
 all: build
 
@@ -16,9 +16,18 @@ build:
 example:
 	$(GO) run ./cmd/kubectl-vm render -f examples/local-path-test-vm.yaml
 
-## Every test, after installing what they need (etcd, kube-apiserver).
+## Every test, after installing what they need (etcd, kube-apiserver,
+## kube-controller-manager, kwok).
 test: deps vet
-	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh) $(GO) test -count=1 ./...
+	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 ./...
+
+## The end-to-end tests alone, on a cluster with controllers and kwok nodes.
+e2e: deps
+	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 ./test/e2e/...
+
+## That cluster to try things by hand: prints its KUBECONFIG, runs until Ctrl-C.
+cluster: deps
+	$(GO) run ./hack/e2ecluster
 
 deps:
 	hack/install-deps.sh

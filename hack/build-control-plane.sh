@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver (and, with "all", kube-controller-manager) from the
-# module proxy into a cache keyed by version, and prints the directory that
-# holds them. Only the first run on a machine pays the ~12 minute build.
+# Builds kube-apiserver (and, with "all", kube-controller-manager and the kwok
+# node simulator with its Stage configs) from the module proxy into a cache
+# keyed by version, and prints the directory that holds them. Only the first
+# run on a machine pays the build: ~12 minutes, ~20 with "all".
 set -euo pipefail
 
 version=v1.37.0
+kwok_version=v0.7.0
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${VMOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop}/kube-$version
 bins=(kube-apiserver)
-[ "${1:-}" = all ] && bins+=(kube-controller-manager)
+all=false
+[ "${1:-}" = all ] && all=true && bins+=(kube-controller-manager)
 
 minor=${version#v1.}; minor=${minor%%.*}
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version \
@@ -26,4 +29,25 @@ for b in "${bins[@]}"; do
 		mv "$cache/$b.tmp" "$cache/$b"
 	fi
 done
+
+# kwok needs k8s.io 0.33 modules, which the tools module (0.37) cannot also
+# hold, so it is installed on its own. Its version is checked from the
+# binary's build info, so that changing kwok_version rebuilds it.
+if $all && ! go version -m "$cache/kwok" 2>/dev/null | grep -q "^[[:space:]]mod[[:space:]]sigs.k8s.io/kwok[[:space:]]$kwok_version[[:space:]]"; then
+	echo "building kwok $kwok_version into $cache (first run only)" >&2
+	# Outside any module, so that no go.mod or go.sum is touched.
+	cd "$cache"
+	rm -rf kwok kwok.tmp kwok-stages
+	GOBIN=$cache/kwok.tmp go install "sigs.k8s.io/kwok/cmd/kwok@$kwok_version"
+	# The Stage configs that make nodes Ready and pods Running ship in the
+	# module, not in the binary.
+	src=$(go mod download -json "sigs.k8s.io/kwok@$kwok_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	mkdir kwok-stages
+	cp "$src/kustomize/stage/node/fast/node-initialize.yaml" \
+		"$src"/kustomize/stage/pod/fast/pod-{ready,complete,delete}.yaml kwok-stages/
+	chmod u+w kwok-stages/*
+	# The binary last: it marks a complete install.
+	mv kwok.tmp/kwok kwok
+	rmdir kwok.tmp
+fi
 echo "$cache"

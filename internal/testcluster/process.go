@@ -47,6 +47,9 @@ func StartProcess(dir, name, path string, args ...string) (*Process, error) {
 	return p, nil
 }
 
+// Pid is the process's id, which is also its process group's id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 

@@ -1,7 +1,8 @@
 // Package testcluster runs a real etcd and kube-apiserver for tests, on
-// loopback ports with throwaway data, certificates and credentials. Further
-// parts (a controller manager, a node simulator) join through StartProcess,
-// so that Stop ends them with the rest.
+// loopback ports with throwaway data, certificates and credentials; on
+// request also kube-controller-manager and kwok simulating nodes, so that
+// workloads get pods that become Running. Every part runs through
+// StartProcess, so that Stop ends it with the rest.
 package testcluster
 
 import (
@@ -24,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -31,7 +34,8 @@ import (
 
 // Options tune Start. The zero value works.
 type Options struct {
-	// BinDir holds kube-apiserver; empty means KubeBinDir.
+	// BinDir holds kube-apiserver, and kube-controller-manager, kwok and
+	// kwok-stages/ when they are asked for; empty means KubeBinDir.
 	BinDir string
 	// Etcd is the etcd binary; empty means "etcd" in PATH, else /usr/bin/etcd.
 	Etcd string
@@ -42,6 +46,17 @@ type Options struct {
 	ReadyTimeout time.Duration
 	// APIServerArgs are added to kube-apiserver's command line.
 	APIServerArgs []string
+	// CRDs are CustomResourceDefinition manifests installed (as by
+	// InstallCRD) before the controllers start: the garbage collector looks
+	// for new resources only every 30 s, and until it has found one does
+	// not collect what its objects own (seen: 41 s).
+	CRDs [][]byte
+	// Controllers starts kube-controller-manager with the controllers that
+	// StatefulSets and garbage collection need (see controllers.go).
+	Controllers bool
+	// Nodes are created as Node objects that kwok makes Ready and whose pods
+	// it makes Running. There is no scheduler: pods need spec.nodeName.
+	Nodes []string
 }
 
 // Cluster is a running etcd and kube-apiserver.
@@ -54,11 +69,15 @@ type Cluster struct {
 	Config *rest.Config
 	// Kubeconfig is a file for kubectl with the same credentials.
 	Kubeconfig string
-	// Etcd and APIServer are the running processes.
-	Etcd, APIServer *Process
+	// Etcd and APIServer are the running processes; ControllerManager and
+	// Kwok also when Options ask for them.
+	Etcd, APIServer, ControllerManager, Kwok *Process
 	// EtcdURL is etcd's client URL.
 	EtcdURL string
 
+	client    kubernetes.Interface
+	caFile    string // the API server's certificate bundle
+	saKey     string // the service-account signing key
 	removeDir bool
 	mu        sync.Mutex
 	procs     []*Process
@@ -90,15 +109,22 @@ func NewWithOptions(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// Start runs etcd and kube-apiserver and waits until the API server is
-// ready. ctx bounds the start only, not the life of the processes.
+// Start runs etcd, kube-apiserver and what opts ask for, and waits until all
+// are ready. ctx bounds the start only, not the life of the processes.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 60 * time.Second
 	}
 	c = &Cluster{Dir: opts.Dir, BinDir: opts.BinDir}
 	if c.BinDir == "" {
-		if c.BinDir, err = KubeBinDir(ctx); err != nil {
+		bins := []string{"kube-apiserver"}
+		if opts.Controllers {
+			bins = append(bins, "kube-controller-manager")
+		}
+		if len(opts.Nodes) > 0 {
+			bins = append(bins, "kwok")
+		}
+		if c.BinDir, err = KubeBinDir(ctx, bins...); err != nil {
 			return nil, err
 		}
 	}
@@ -125,6 +151,25 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if err = c.startAPIServer(ctx, opts); err != nil {
 		return c, err
+	}
+	// Pods in "default" are refused until its ServiceAccount exists.
+	if err = c.ensureDefaultServiceAccount(ctx, metav1.NamespaceDefault); err != nil {
+		return c, err
+	}
+	for _, crd := range opts.CRDs {
+		if err = c.InstallCRD(ctx, crd); err != nil {
+			return c, err
+		}
+	}
+	if opts.Controllers {
+		if err = c.startControllerManager(ctx, opts.ReadyTimeout); err != nil {
+			return c, err
+		}
+	}
+	if len(opts.Nodes) > 0 {
+		if err = c.startKwok(ctx, opts.Nodes, opts.ReadyTimeout); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
 }
@@ -167,8 +212,8 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 	if err := os.WriteFile(tokenFile, []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
 		return err
 	}
-	saKey := filepath.Join(c.Dir, "service-account.key")
-	if err := writeRSAKey(saKey); err != nil {
+	c.saKey = filepath.Join(c.Dir, "service-account.key")
+	if err := writeRSAKey(c.saKey); err != nil {
 		return err
 	}
 	ports, err := freePorts(1)
@@ -187,12 +232,18 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 		"--cert-dir=" + certDir,
 		"--token-auth-file=" + tokenFile,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + saKey,
-		"--service-account-signing-key-file=" + saKey,
+		"--service-account-key-file=" + c.saKey,
+		"--service-account-signing-key-file=" + c.saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=RBAC",
 		// Runner pods need /dev/kvm.
 		"--allow-privileged=true",
+		// Streamed lists need an etcd that serves progress requests (3.4.31
+		// and later; Debian has 3.4.23). With WatchList on, the server also
+		// turns watches from resourceVersion 0 into streamed lists and fails
+		// them, so such clients (kwok) relist with a backoff that grows to
+		// over 30 s per change. Off, clients get plain lists and watches.
+		"--feature-gates=WatchList=false",
 	}
 	p, err := c.StartProcess("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), append(args, opts.APIServerArgs...)...)
 	if err != nil {
@@ -201,11 +252,11 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 	c.APIServer = p
 
 	// The serving certificate appears only once the server runs.
-	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	if err := waitHTTP(ctx, p, opts.ReadyTimeout, insecure, host+"/readyz", token); err != nil {
+	if err := waitHTTP(ctx, p, opts.ReadyTimeout, insecureHTTP, host+"/readyz", token); err != nil {
 		return err
 	}
-	caData, err := os.ReadFile(filepath.Join(certDir, "apiserver.crt"))
+	c.caFile = filepath.Join(certDir, "apiserver.crt")
+	caData, err := os.ReadFile(c.caFile)
 	if err != nil {
 		return err
 	}
@@ -215,6 +266,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 		TLSClientConfig: rest.TLSClientConfig{CAData: caData},
 		QPS:             100,
 		Burst:           200,
+	}
+	if c.client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return err
 	}
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
 	kc := clientcmdapi.NewConfig()
@@ -226,7 +280,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 		return err
 	}
 	// Many tests use the default namespace; it is created just after ready.
-	return waitHTTP(ctx, p, opts.ReadyTimeout, insecure, host+"/api/v1/namespaces/default", token)
+	return waitHTTP(ctx, p, opts.ReadyTimeout, insecureHTTP, host+"/api/v1/namespaces/default", token)
 }
 
 // StartProcess starts a further process of the cluster (a controller, a
@@ -280,13 +334,14 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 }
 
+// insecureHTTP reaches servers whose self-signed certificate is not known
+// up front (it appears only once the server runs).
+var insecureHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
 // waitHTTP polls url until it answers 200, the process exits or the time is
 // up; errors carry the end of the process's log.
 func waitHTTP(ctx context.Context, p *Process, timeout time.Duration, client *http.Client, url, token string) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	last := "no answer"
-	for {
+	return waitUntil(ctx, p, timeout, url, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
@@ -294,20 +349,34 @@ func waitHTTP(ctx context.Context, p *Process, timeout time.Duration, client *ht
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		if resp, err := client.Do(req); err != nil {
-			last = err.Error()
-		} else {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return nil
+	})
+}
+
+// waitUntil calls ready until it returns nil, the process exits or the time
+// is up; errors name what was awaited, say why it was not ready yet and carry
+// the end of the process's log.
+func waitUntil(ctx context.Context, p *Process, timeout time.Duration, what string, ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		err := ready(ctx)
+		if err == nil {
+			return nil
 		}
 		select {
 		case <-p.Done():
-			return fmt.Errorf("%s exited (%v) before %s was ready; log %s:\n%s", p.Name, p.Err(), url, p.Log, p.LogTail(30))
+			return fmt.Errorf("%s exited (%v) before %s was ready; log %s:\n%s", p.Name, p.Err(), what, p.Log, p.LogTail(30))
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %s not ready after %v (%s); log %s:\n%s", p.Name, url, timeout, last, p.Log, p.LogTail(30))
+			return fmt.Errorf("%s: %s not ready after %v (%v); log %s:\n%s", p.Name, what, timeout, err, p.Log, p.LogTail(30))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
