@@ -11,7 +11,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/vmop/vmop/pkg/cmd/install"
 	"github.com/vmop/vmop/pkg/cmd/render"
+	"github.com/vmop/vmop/pkg/cmd/uninstall"
 	"github.com/vmop/vmop/pkg/version"
 )
 
@@ -46,6 +48,8 @@ kustomize/kpt KRM function that renders the VirtualMachines of the list.`,
 	cmd.SetErr(streams.ErrOut)
 	configFlags.AddFlags(cmd.PersistentFlags())
 	cmd.AddCommand(render.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(install.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(uninstall.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the version of the plugin",

@@ -1,0 +1,221 @@
+package install_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/vmop/vmop/internal/golden"
+	"github.com/vmop/vmop/internal/testcluster"
+	"github.com/vmop/vmop/pkg/cmd/vm"
+	"github.com/vmop/vmop/pkg/manifest"
+)
+
+// Golden files: testdata/install/<case>; rewrite them with
+// "go test ./pkg/cmd/install -update".
+
+// testImage makes the output independent of the version of the build.
+const testImage = "ghcr.io/vmop/vm-operator:v0.0.0-test"
+
+type cmdResult struct {
+	stdout, stderr string
+	err            error
+}
+
+// run runs "kubectl vm ARGS" in-process with test streams.
+func run(t *testing.T, args ...string) cmdResult {
+	t.Helper()
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	cmd := vm.NewCmd("kubectl vm", streams)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return cmdResult{stdout: out.String(), stderr: errOut.String(), err: err}
+}
+
+// docs decodes a YAML stream.
+func docs(t *testing.T, stream string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	r := manifest.NewReader(strings.NewReader(stream))
+	for {
+		d, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err)
+		var obj map[string]any
+		require.NoError(t, json.Unmarshal(d.JSON, &obj))
+		out = append(out, obj)
+	}
+}
+
+func TestDryRun(t *testing.T) {
+	r := run(t, "install", "--dry-run", "--image", testImage)
+	require.NoError(t, r.err)
+	require.Empty(t, r.stderr)
+	golden.Assert(t, filepath.Join("testdata", "install", "dry-run.yaml"), []byte(r.stdout))
+	objs := docs(t, r.stdout)
+	require.Len(t, objs, 11)
+	require.Equal(t, "CustomResourceDefinition", objs[0]["kind"])
+	require.Equal(t, "Deployment", objs[10]["kind"])
+
+	// -n moves everything; nothing else changes.
+	other := run(t, "install", "--dry-run", "--image", testImage, "-n", "vmop")
+	require.NoError(t, other.err)
+	require.Equal(t, strings.ReplaceAll(r.stdout, "vmop-system", "vmop"), other.stdout)
+}
+
+// TestDryRunJSON: a v1 List of the objects of the YAML golden file (no
+// golden file of its own: it would be the same, three times the size).
+func TestDryRunJSON(t *testing.T) {
+	r := run(t, "install", "--dry-run", "--image", testImage, "-o", "json")
+	require.NoError(t, r.err)
+	var list struct {
+		APIVersion string           `json:"apiVersion"`
+		Kind       string           `json:"kind"`
+		Items      []map[string]any `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
+	require.Equal(t, "v1", list.APIVersion)
+	require.Equal(t, "List", list.Kind)
+	y := run(t, "install", "--dry-run", "--image", testImage)
+	require.NoError(t, y.err)
+	if diff := cmp.Diff(docs(t, y.stdout), list.Items); diff != "" {
+		t.Errorf("-o json and -o yaml differ (-yaml +json):\n%s", diff)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--dry-run", "-o", "xml"}, `--output "xml" is not supported: use one of yaml, json`},
+		{[]string{"-o", "yaml"}, "--output applies only with --dry-run"},
+		{[]string{"--dry-run", "--wait"}, "--wait cannot be used with --dry-run: nothing is installed to wait for"},
+		{[]string{"--dry-run", "-n", "Not_A_Namespace"}, `--namespace "Not_A_Namespace": a lowercase RFC 1123 label must consist of`},
+		{[]string{"--dry-run", "--image", ""}, "--image must not be empty"},
+		{[]string{"--dry-run", "--image", "a b"}, `image "a b": must not contain spaces or control characters`},
+		{[]string{"--timeout", "0s"}, "--timeout 0s: must be positive"},
+		{[]string{"vmop"}, `unknown command "vmop" for "kubectl vm install"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := run(t, append([]string{"install"}, tc.args...)...)
+			require.ErrorContains(t, r.err, tc.err)
+			require.Empty(t, r.stdout)
+		})
+	}
+}
+
+// TestUnreachable: one line that names the server, not one per object.
+func TestUnreachable(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, nil, 0o600))
+	r := run(t, "--kubeconfig", kubeconfig, "--server", "https://127.0.0.1:1", "install")
+	require.Error(t, r.err)
+	require.Regexp(t, `^cannot reach the Kubernetes API server at https://127.0.0.1:1: dial tcp 127.0.0.1:1: .*connection refused$`, r.err.Error())
+	require.Empty(t, r.stdout)
+}
+
+func TestHelp(t *testing.T) {
+	r := run(t, "install", "--help")
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, "Usage:\n  kubectl vm install [flags]")
+	require.Contains(t, r.stdout, "kubectl vm install --dry-run > vmop-install.yaml")
+	require.Contains(t, r.stdout, "ghcr.io/vmop/vm-operator:")
+}
+
+var applied = []string{
+	"customresourcedefinition.apiextensions.k8s.io/vms.vmoperator.jdrupes.org",
+	"namespace/vmop-system",
+	"serviceaccount/vm-operator",
+	"clusterrole.rbac.authorization.k8s.io/vm-operator",
+	"clusterrolebinding.rbac.authorization.k8s.io/vm-operator",
+	"role.rbac.authorization.k8s.io/vm-operator-leader-election",
+	"rolebinding.rbac.authorization.k8s.io/vm-operator-leader-election",
+	"clusterrole.rbac.authorization.k8s.io/vm-runner",
+	"validatingadmissionpolicy.admissionregistration.k8s.io/vm-runner-own-vm",
+	"validatingadmissionpolicybinding.admissionregistration.k8s.io/vm-runner-own-vm",
+	"deployment.apps/vm-operator",
+}
+
+// TestInstallOnAPIServer installs into a real kube-apiserver, twice.
+func TestInstallOnAPIServer(t *testing.T) {
+	c := testcluster.New(t)
+	ctx := t.Context()
+	kubectl := []string{"--kubeconfig", c.Kubeconfig, "--cache-dir", t.TempDir()}
+	var want strings.Builder
+	for _, ref := range applied {
+		fmt.Fprintf(&want, "%s serverside-applied\n", ref)
+	}
+
+	// Someone without rights learns which object was refused and why.
+	r := run(t, append(kubectl, "--as", "someone", "install")...)
+	require.Error(t, r.err)
+	require.Regexp(t, `^apply customresourcedefinition.apiextensions.k8s.io/vms.vmoperator.jdrupes.org: .*forbidden: User "someone" cannot patch .*: this needs cluster-admin-like rights`, r.err.Error())
+
+	for range 2 { // the second run changes nothing and succeeds as well
+		r := run(t, append(kubectl, "install", "--image", testImage)...)
+		require.NoError(t, r.err, r.stderr)
+		require.Equal(t, want.String(), r.stdout)
+	}
+
+	dyn, err := dynamic.NewForConfig(c.Config)
+	require.NoError(t, err)
+	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	require.NoError(t, err)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	for _, obj := range docs(t, run(t, "install", "--dry-run", "--image", testImage).stdout) {
+		u := unstructured.Unstructured{Object: obj}
+		gvk := u.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		require.NoError(t, err)
+		got, err := dyn.Resource(m.Resource).Namespace(u.GetNamespace()).Get(ctx, u.GetName(), metav1.GetOptions{})
+		require.NoError(t, err, "%s %s", u.GetKind(), u.GetName())
+		require.True(t, slices.ContainsFunc(got.GetManagedFields(), func(f metav1.ManagedFieldsEntry) bool {
+			return f.Manager == "kubectl-vm" && f.Operation == metav1.ManagedFieldsOperationApply
+		}), "%s %s is applied by kubectl-vm", u.GetKind(), u.GetName())
+		if u.GetKind() == "CustomResourceDefinition" {
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			require.True(t, slices.ContainsFunc(conds, func(c any) bool {
+				m := c.(map[string]any)
+				return m["type"] == "Established" && m["status"] == "True"
+			}), "the CRD is established: %v", conds)
+		}
+	}
+
+	// No controller manager runs, so the Deployment never becomes
+	// available by itself.
+	r = run(t, append(kubectl, "install", "--image", testImage, "--wait", "--timeout", "2s")...)
+	require.EqualError(t, r.err, "deployment.apps/vm-operator is not available yet, giving up (see --timeout)")
+	require.Equal(t, want.String(), r.stdout)
+
+	// What the Deployment controller would write once the pod is ready.
+	deployments := dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace("vmop-system")
+	d, err := deployments.Get(ctx, "vm-operator", metav1.GetOptions{})
+	require.NoError(t, err)
+	status := fmt.Sprintf(`{"status":{"observedGeneration":%d,"replicas":1,"updatedReplicas":1,"readyReplicas":1,"availableReplicas":1}}`, d.GetGeneration())
+	_, err = deployments.Patch(ctx, "vm-operator", types.MergePatchType, []byte(status), metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+	r = run(t, append(kubectl, "install", "--image", testImage, "--wait")...)
+	require.NoError(t, r.err)
+	require.Equal(t, want.String()+"deployment.apps/vm-operator available\n", r.stdout)
+}

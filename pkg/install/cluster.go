@@ -1,0 +1,240 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+)
+
+// FieldManager owns the fields that install applies.
+const FieldManager = "kubectl-vm"
+
+// pollInterval is how often waits look again.
+const pollInterval = 250 * time.Millisecond
+
+var (
+	crdGVR        = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	deploymentGVR = appsv1.SchemeGroupVersion.WithResource("deployments")
+	pvcGVR        = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+)
+
+// Cluster applies and deletes installed objects, writing one line per
+// object as kubectl does.
+type Cluster struct {
+	client dynamic.Interface
+	mapper meta.RESTMapper
+	out    io.Writer
+}
+
+// Connect makes a Cluster and checks that the API server answers, so that
+// an unreachable cluster gives one clear error instead of one per object.
+func Connect(config *rest.Config, mapper meta.RESTMapper, out io.Writer) (*Cluster, error) {
+	client, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dc.ServerVersion(); err != nil {
+		var status apierrors.APIStatus
+		if errors.As(err, &status) {
+			return nil, fmt.Errorf("the Kubernetes API server at %s: %w", config.Host, err)
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is said already
+		}
+		return nil, fmt.Errorf("cannot reach the Kubernetes API server at %s: %w", config.Host, err)
+	}
+	return &Cluster{client: client, mapper: mapper, out: out}, nil
+}
+
+// Apply applies objs in order, server-side and taking over fields that
+// others own: the installation is the source of truth for these objects.
+// The server rejects unknown fields, so a typo in a manifest fails loudly.
+// After a CRD it waits until the CRD is established, so that what follows
+// may use it.
+func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured) error {
+	for _, o := range objs {
+		ref, ri, err := c.resource(o)
+		if err != nil {
+			return err
+		}
+		data, err := json.Marshal(o.Object)
+		if err != nil {
+			return err
+		}
+		_, err = ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
+			FieldManager:    FieldManager,
+			Force:           ptr.To(true),
+			FieldValidation: metav1.FieldValidationStrict,
+		})
+		if err != nil {
+			return objectError("apply", ref, err)
+		}
+		fmt.Fprintf(c.out, "%s serverside-applied\n", ref)
+		if o.GetKind() == "CustomResourceDefinition" {
+			if err := c.waitEstablished(ctx, ref, o.GetName()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// waitEstablished waits until the API server serves the CRD's resource.
+func (c *Cluster) waitEstablished(ctx context.Context, ref, name string) error {
+	return c.poll(ctx, ref, "established", func(ctx context.Context) (bool, error) {
+		crd, err := c.client.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+		return slices.ContainsFunc(conds, func(c any) bool {
+			m, _ := c.(map[string]any)
+			return m["type"] == "Established" && m["status"] == "True"
+		}), nil
+	})
+}
+
+// WaitAvailable waits until the operator's Deployment in namespace has
+// rolled out: every replica updated and available, as kubectl rollout
+// status sees it.
+func (c *Cluster) WaitAvailable(ctx context.Context, namespace string) error {
+	ref := "deployment.apps/" + OperatorName
+	err := c.poll(ctx, ref, "available", func(ctx context.Context) (bool, error) {
+		u, err := c.client.Resource(deploymentGVR).Namespace(namespace).Get(ctx, OperatorName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		var d appsv1.Deployment
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+			return false, err
+		}
+		want := ptr.Deref(d.Spec.Replicas, 1)
+		s := d.Status
+		return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want &&
+			s.Replicas == want && s.AvailableReplicas == want, nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s available\n", ref)
+	return nil
+}
+
+// poll calls done until it says yes, fails, or ctx ends; an error of the
+// API server ends the wait only when it will not go away by waiting.
+func (c *Cluster) poll(ctx context.Context, ref, what string, done func(context.Context) (bool, error)) error {
+	var last error
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		ok, err := done(ctx)
+		if err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
+			return false, err
+		}
+		last = err
+		return ok, nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		msg := fmt.Sprintf("%s is not %s yet, giving up (see --timeout)", ref, what)
+		if last != nil {
+			msg += ": last error: " + last.Error()
+		}
+		return errors.New(msg)
+	default:
+		return objectError("get", ref, err)
+	}
+}
+
+// Delete deletes objs in reverse order, so that the operator stops before
+// what it needs goes. Objects that are not there are fine. A namespace
+// that holds PersistentVolumeClaims is kept: deleting it would delete
+// them, and they hold VM disks.
+func (c *Cluster) Delete(ctx context.Context, objs []*unstructured.Unstructured) error {
+	for _, o := range slices.Backward(objs) {
+		ref, ri, err := c.resource(o)
+		if meta.IsNoMatchError(err) {
+			// The cluster does not know the kind, so there is no such object.
+			fmt.Fprintf(c.out, "%s not found\n", ref)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if o.GetKind() == "Namespace" {
+			pvcs, err := c.client.Resource(pvcGVR).Namespace(o.GetName()).List(ctx, metav1.ListOptions{Limit: 1})
+			if err != nil {
+				return objectError("list PersistentVolumeClaims in", ref, err)
+			}
+			if len(pvcs.Items) > 0 {
+				fmt.Fprintf(c.out, "%s kept: it holds PersistentVolumeClaims\n", ref)
+				continue
+			}
+		}
+		err = ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+		switch {
+		case apierrors.IsNotFound(err):
+			fmt.Fprintf(c.out, "%s not found\n", ref)
+		case err != nil:
+			return objectError("delete", ref, err)
+		default:
+			fmt.Fprintf(c.out, "%s deleted\n", ref)
+		}
+	}
+	return nil
+}
+
+// resource returns how kubectl names o (kind.group/name) and the client of
+// its resource.
+func (c *Cluster) resource(o *unstructured.Unstructured) (string, dynamic.ResourceInterface, error) {
+	gvk := o.GroupVersionKind()
+	ref := strings.ToLower(gvk.Kind)
+	if gvk.Group != "" {
+		ref += "." + gvk.Group
+	}
+	ref += "/" + o.GetName()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return ref, nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		return ref, c.client.Resource(m.Resource).Namespace(o.GetNamespace()), nil
+	}
+	return ref, c.client.Resource(m.Resource), nil
+}
+
+// objectError says what failed on which object, and when it was refused
+// for want of rights, what it takes. (A namespace that is being deleted
+// refuses new objects as forbidden too; rights would not help there.)
+func objectError(verb, ref string, err error) error {
+	if apierrors.IsForbidden(err) && !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return fmt.Errorf("%s %s: %w: this needs cluster-admin-like rights (vmop installs a CRD, cluster-wide RBAC and an admission policy)", verb, ref, err)
+	}
+	return fmt.Errorf("%s %s: %w", verb, ref, err)
+}

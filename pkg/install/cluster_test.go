@@ -1,0 +1,298 @@
+package install_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+
+	"github.com/vmop/vmop/internal/testcluster"
+	"github.com/vmop/vmop/pkg/install"
+)
+
+const (
+	operatorUser = "system:serviceaccount:vmop-system:vm-operator"
+	vmNamespace  = "vms"
+	runnerUser   = "system:serviceaccount:" + vmNamespace + ":vm-runner"
+)
+
+var (
+	vmGVR  = schema.GroupVersionResource{Group: "vmoperator.jdrupes.org", Version: "v1", Resource: "vms"}
+	stsGVR = appsv1.SchemeGroupVersion.WithResource("statefulsets")
+)
+
+// TestOnAPIServer installs into a real kube-apiserver and checks that the
+// RBAC is least privilege and that the admission policy keeps a runner to
+// its own VM. One cluster serves all subtests.
+func TestOnAPIServer(t *testing.T) {
+	c := testcluster.New(t)
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	require.NoError(t, err)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	var out bytes.Buffer
+	cluster, err := install.Connect(c.Config, mapper, &out)
+	require.NoError(t, err)
+	objs, err := install.Objects(install.Options{})
+	require.NoError(t, err)
+	require.NoError(t, cluster.Apply(ctx, objs))
+	require.Equal(t, len(objs), strings.Count(out.String(), " serverside-applied\n"), out.String())
+
+	// The operator creates the runner's identity in a VM namespace; doing it
+	// as the operator shows that it may.
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vmNamespace}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	asOperator := impersonate(t, c.Config, operatorUser)
+	sa, rb := install.RunnerAccess(vmNamespace)
+	_, err = asOperator.CoreV1().ServiceAccounts(vmNamespace).Create(ctx, sa, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = asOperator.RbacV1().RoleBindings(vmNamespace).Create(ctx, rb, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	t.Run("operator rights", func(t *testing.T) {
+		for _, a := range []struct {
+			allowed bool
+			attrs   authorizationv1.ResourceAttributes
+		}{
+			{true, ra("list", "vmoperator.jdrupes.org", "vms", "", "any")},
+			{true, ra("watch", "vmoperator.jdrupes.org", "vms", "", "any")},
+			{true, ra("patch", "vmoperator.jdrupes.org", "vms", "status", "any")},
+			{true, ra("create", "apps", "statefulsets", "", "any")},
+			{true, ra("delete", "apps", "statefulsets", "", "any")},
+			{true, ra("patch", "", "configmaps", "", "any")},
+			{true, ra("create", "", "secrets", "", "any")},
+			{true, ra("get", "", "secrets", "", "kube-system")}, // cluster-wide by design
+			{true, ra("delete", "", "services", "", "any")},
+			{true, ra("watch", "", "pods", "", "any")},
+			{true, ra("create", "", "events", "", "any")},
+			{true, ra("patch", "events.k8s.io", "events", "", "any")},
+			{true, ra("create", "", "serviceaccounts", "", "any")},
+			{true, ra("patch", "rbac.authorization.k8s.io", "rolebindings", "", "any")},
+			{true, raNamed("bind", "rbac.authorization.k8s.io", "clusterroles", "vm-runner")},
+			{true, ra("update", "coordination.k8s.io", "leases", "", "vmop-system")},
+
+			{false, ra("update", "vmoperator.jdrupes.org", "vms", "", "any")},
+			{false, ra("patch", "vmoperator.jdrupes.org", "vms", "", "any")},
+			{false, ra("delete", "vmoperator.jdrupes.org", "vms", "", "any")},
+			{false, ra("delete", "", "persistentvolumeclaims", "", "any")},
+			{false, ra("create", "", "persistentvolumeclaims", "", "any")},
+			{false, ra("create", "", "pods", "", "any")},
+			{false, ra("delete", "", "pods", "", "any")},
+			{false, ra("create", "", "pods", "exec", "any")},
+			{false, ra("delete", "", "namespaces", "", "")},
+			{false, ra("get", "", "nodes", "", "")},
+			{false, raNamed("bind", "rbac.authorization.k8s.io", "clusterroles", "cluster-admin")},
+			{false, raNamed("escalate", "rbac.authorization.k8s.io", "clusterroles", "vm-runner")},
+			{false, ra("create", "rbac.authorization.k8s.io", "clusterrolebindings", "", "")},
+			{false, ra("delete", "rbac.authorization.k8s.io", "rolebindings", "", "any")},
+			{false, ra("update", "coordination.k8s.io", "leases", "", "default")},
+		} {
+			require.Equal(t, a.allowed, can(t, cs, operatorUser, a.attrs), "%s may %+v", operatorUser, a.attrs)
+		}
+	})
+
+	t.Run("operator cannot escalate", func(t *testing.T) {
+		// RBAC checks bindings for escalation when they are created, beyond
+		// what a SubjectAccessReview shows.
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "escalate"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "vm-runner", Namespace: vmNamespace}},
+		}
+		_, err := asOperator.RbacV1().RoleBindings(vmNamespace).Create(ctx, rb, metav1.CreateOptions{})
+		require.True(t, apierrors.IsForbidden(err), "binding cluster-admin: %v", err)
+	})
+
+	t.Run("runner rights", func(t *testing.T) {
+		for _, a := range []struct {
+			allowed bool
+			attrs   authorizationv1.ResourceAttributes
+		}{
+			{true, ra("patch", "vmoperator.jdrupes.org", "vms", "", vmNamespace)},
+			{true, ra("get", "vmoperator.jdrupes.org", "vms", "", vmNamespace)},
+			{true, ra("patch", "vmoperator.jdrupes.org", "vms", "status", vmNamespace)},
+			{true, ra("patch", "apps", "statefulsets", "scale", vmNamespace)},
+
+			{false, ra("list", "vmoperator.jdrupes.org", "vms", "", vmNamespace)},
+			{false, ra("update", "vmoperator.jdrupes.org", "vms", "", vmNamespace)},
+			{false, ra("delete", "vmoperator.jdrupes.org", "vms", "", vmNamespace)},
+			{false, ra("patch", "vmoperator.jdrupes.org", "vms", "", "default")},
+			{false, ra("get", "", "secrets", "", vmNamespace)},
+			{false, ra("get", "", "configmaps", "", vmNamespace)},
+			{false, ra("get", "apps", "statefulsets", "", vmNamespace)},
+			{false, ra("patch", "apps", "statefulsets", "", vmNamespace)},
+			{false, ra("get", "apps", "statefulsets", "scale", vmNamespace)},
+		} {
+			require.Equal(t, a.allowed, can(t, cs, runnerUser, a.attrs), "%s may %+v", runnerUser, a.attrs)
+		}
+	})
+
+	t.Run("runner changes only its own VM", func(t *testing.T) {
+		testRunnerOwnVM(t, c.Config, cs)
+	})
+}
+
+// testRunnerOwnVM acts as the runner of vm-a, with a token bound to its
+// pod vm-a-0 as the kubelet would mount it: it may change vm-a and its
+// StatefulSet, not vm-b's.
+func testRunnerOwnVM(t *testing.T, admin *rest.Config, cs kubernetes.Interface) {
+	ctx := t.Context()
+	dyn, err := dynamic.NewForConfig(admin)
+	require.NoError(t, err)
+	for _, name := range []string{"vm-a", "vm-b"} {
+		vm := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "vmoperator.jdrupes.org/v1",
+			"kind":       "VirtualMachine",
+			"metadata":   map[string]any{"name": name},
+			"spec":       map[string]any{"vm": map[string]any{"state": "Running"}},
+		}}
+		_, err := dyn.Resource(vmGVR).Namespace(vmNamespace).Create(ctx, vm, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = cs.AppsV1().StatefulSets(vmNamespace).Create(ctx, statefulSet(name), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	// No kubelet runs: the pod only needs to exist for the token to be
+	// bound to it. Without a token controller, no token is mounted.
+	pod, err := cs.CoreV1().Pods(vmNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm-a-0"},
+		Spec: corev1.PodSpec{
+			ServiceAccountName:           install.RunnerServiceAccount,
+			AutomountServiceAccountToken: ptr.To(false),
+			NodeName:                     "nowhere",
+			Containers:                   []corev1.Container{{Name: "runner", Image: "runner"}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	token := func(bound *authenticationv1.BoundObjectReference) *rest.Config {
+		tr, err := cs.CoreV1().ServiceAccounts(vmNamespace).CreateToken(ctx, install.RunnerServiceAccount,
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: bound}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		cfg := rest.AnonymousClientConfig(admin)
+		cfg.BearerToken = tr.Status.Token
+		return cfg
+	}
+	runner := token(&authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+
+	// What the policy relies on: the API server names the pod in the user's
+	// extra.
+	rcs, err := kubernetes.NewForConfig(runner)
+	require.NoError(t, err)
+	review, err := rcs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, runnerUser, review.Status.UserInfo.Username)
+	require.Equal(t, authenticationv1.ExtraValue{"vm-a-0"}, review.Status.UserInfo.Extra["authentication.kubernetes.io/pod-name"])
+
+	type change struct {
+		gvr         schema.GroupVersionResource
+		pt          types.PatchType
+		patch       string
+		subresource string
+	}
+	changes := map[string]change{
+		"stop": {vmGVR, types.MergePatchType, `{"spec":{"vm":{"state":"Stopped"}}}`, ""},
+		"status": {vmGVR, types.ApplyPatchType,
+			`{"apiVersion":"vmoperator.jdrupes.org/v1","kind":"VirtualMachine","metadata":{"name":"NAME"},"status":{"ram":"1Gi"}}`, "status"},
+		"scale": {stsGVR, types.MergePatchType, `{"spec":{"replicas":0}}`, "scale"},
+	}
+	apply := func(cfg *rest.Config, name string, c change) error {
+		d, err := dynamic.NewForConfig(cfg)
+		require.NoError(t, err)
+		opts := metav1.PatchOptions{FieldManager: "vm-runner"}
+		if c.pt == types.ApplyPatchType {
+			opts.Force = ptr.To(true)
+		}
+		_, err = d.Resource(c.gvr).Namespace(vmNamespace).Patch(ctx, name, c.pt,
+			[]byte(strings.ReplaceAll(c.patch, "NAME", name)), opts, c.subresource)
+		return err
+	}
+	unbound := token(nil)
+	// The API server loads new policies in the background.
+	require.Eventually(t, func() bool { return apierrors.IsForbidden(apply(unbound, "vm-a", changes["stop"])) },
+		10*time.Second, 100*time.Millisecond, "the policy takes effect")
+	for what, c := range changes {
+		require.NoError(t, apply(runner, "vm-a", c), "%s of its own VM", what)
+
+		err := apply(runner, "vm-b", c)
+		require.True(t, apierrors.IsForbidden(err), "%s of another VM: %v", what, err)
+		require.ErrorContains(t, err, "vm-runner-own-vm: a VM's runner (the pod <vm>-0) may change only its own VirtualMachine <vm> and StatefulSet <vm>")
+
+		// A token that names no pod is no runner's.
+		err = apply(unbound, "vm-a", c)
+		require.True(t, apierrors.IsForbidden(err), "%s with a token of no pod: %v", what, err)
+		require.ErrorContains(t, err, "vm-runner-own-vm")
+	}
+	vm, err := dyn.Resource(vmGVR).Namespace(vmNamespace).Get(ctx, "vm-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	state, _, _ := unstructured.NestedString(vm.Object, "spec", "vm", "state")
+	require.Equal(t, "Stopped", state)
+	ram, _, _ := unstructured.NestedString(vm.Object, "status", "ram")
+	require.Equal(t, "1Gi", ram)
+}
+
+func statefulSet(name string) *appsv1.StatefulSet {
+	labels := map[string]string{"app.kubernetes.io/instance": name}
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "runner", Image: "runner"}}},
+			},
+		},
+	}
+}
+
+func ra(verb, group, resource, subresource, namespace string) authorizationv1.ResourceAttributes {
+	return authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Subresource: subresource, Namespace: namespace}
+}
+
+func raNamed(verb, group, resource, name string) authorizationv1.ResourceAttributes {
+	return authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Name: name}
+}
+
+// saGroups are the groups of a service account's requests.
+func saGroups(user string) []string {
+	ns := strings.Split(user, ":")[2]
+	return []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+}
+
+func can(t *testing.T, cs kubernetes.Interface, user string, attrs authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: saGroups(user), ResourceAttributes: &attrs},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return r.Status.Allowed
+}
+
+func impersonate(t *testing.T, admin *rest.Config, user string) kubernetes.Interface {
+	cfg := rest.CopyConfig(admin)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: saGroups(user)}
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return cs
+}

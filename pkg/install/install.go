@@ -1,0 +1,231 @@
+// Package install holds what "kubectl vm install" puts into a cluster: the
+// VirtualMachine CRD, the vm-operator Deployment and its RBAC, the
+// ClusterRole of the VMs' runner pods and the admission policy that keeps
+// each runner to its own VM. It also applies and deletes these objects.
+//
+// The manifests are YAML files under manifests/, written for the default
+// namespace; Objects moves them to the namespace asked for.
+package install
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/version"
+)
+
+// manifests are applied in the order of their file names.
+//
+//go:embed manifests/*.yaml
+var manifests embed.FS
+
+const (
+	// DefaultNamespace is where the operator runs unless told otherwise.
+	DefaultNamespace = "vmop-system"
+	// ImageRepository is where the operator's images are published.
+	ImageRepository = "ghcr.io/vmop/vm-operator"
+	// OperatorName names the operator's Deployment, its container, its
+	// ServiceAccount and its ClusterRole(Binding).
+	OperatorName = "vm-operator"
+
+	// RunnerServiceAccount is the ServiceAccount that VM pods run as, one
+	// per VM namespace.
+	RunnerServiceAccount = "vm-runner"
+	// RunnerClusterRole holds what a runner may do; the operator binds it
+	// in each VM namespace with the RoleBinding RunnerRoleBinding.
+	RunnerClusterRole = "vm-runner"
+	// RunnerRoleBinding binds RunnerClusterRole to RunnerServiceAccount.
+	RunnerRoleBinding = "vm-runner"
+)
+
+// labels mark every installed object, so that people and tools can find
+// them.
+var labels = map[string]string{
+	"app.kubernetes.io/name":    OperatorName,
+	"app.kubernetes.io/part-of": "vmop",
+}
+
+// Options choose where and what to install. The zero value installs the
+// image of this build into DefaultNamespace.
+type Options struct {
+	// Namespace of the operator; empty means DefaultNamespace.
+	Namespace string
+	// Image of the operator; empty means DefaultImage().
+	Image string
+}
+
+// DefaultImage is the operator image of this build's version, or the
+// latest one for a development build.
+func DefaultImage() string {
+	v := version.Get()
+	if v == "" || v == "devel" {
+		v = "latest"
+	}
+	return ImageRepository + ":" + v
+}
+
+// Objects returns the objects to install, in the order to apply them: the
+// CRD first, the Deployment last (once everything it needs is there).
+func Objects(opts Options) ([]*unstructured.Unstructured, error) {
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	if opts.Image == "" {
+		opts.Image = DefaultImage()
+	}
+	if msgs := validation.IsDNS1123Label(opts.Namespace); len(msgs) > 0 {
+		return nil, fmt.Errorf("namespace %q: %s", opts.Namespace, strings.Join(msgs, "; "))
+	}
+	if strings.ContainsFunc(opts.Image, func(r rune) bool { return r <= ' ' }) {
+		return nil, fmt.Errorf("image %q: must not contain spaces or control characters", opts.Image)
+	}
+	objs, err := decode(v1.CRDManifest)
+	if err != nil {
+		return nil, fmt.Errorf("CRD: %w", err)
+	}
+	files, err := fs.Glob(manifests, "manifests/*.yaml") // sorted
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		data, err := manifests.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		more, err := decode(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		objs = append(objs, more...)
+	}
+	for _, o := range objs {
+		if err := place(o, opts); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return objs, nil
+}
+
+func decode(data []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	r := manifest.NewReader(bytes.NewReader(data))
+	for {
+		d, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(d.JSON); err != nil {
+			return nil, fmt.Errorf("document %d: %w", d.Index, err)
+		}
+		objs = append(objs, u)
+	}
+}
+
+// place labels an object and moves what the manifests give for the
+// default namespace and image to those of opts.
+func place(o *unstructured.Unstructured, opts Options) error {
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	for k, v := range labels {
+		l[k] = v
+	}
+	o.SetLabels(l)
+	if o.GetNamespace() != "" {
+		o.SetNamespace(opts.Namespace)
+	}
+	switch o.GetKind() {
+	case "Namespace":
+		o.SetName(opts.Namespace)
+	case "RoleBinding", "ClusterRoleBinding":
+		return forEach(o, func(s map[string]any) {
+			if s["kind"] == "ServiceAccount" {
+				s["namespace"] = opts.Namespace
+			}
+		}, "subjects")
+	case "Deployment":
+		return forEach(o, func(c map[string]any) {
+			if c["name"] == OperatorName {
+				c["image"] = opts.Image
+			}
+		}, "spec", "template", "spec", "containers")
+	}
+	return nil
+}
+
+// forEach calls f with each object of the list at path, to change it in
+// place.
+func forEach(o *unstructured.Unstructured, f func(map[string]any), path ...string) error {
+	list, _, err := unstructured.NestedFieldNoCopy(o.Object, path...)
+	if err != nil {
+		return err
+	}
+	items, ok := list.([]any)
+	if !ok {
+		return fmt.Errorf("%s: not a list", strings.Join(path, "."))
+	}
+	for _, it := range items {
+		m, ok := it.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: not a list of objects", strings.Join(path, "."))
+		}
+		f(m)
+	}
+	return nil
+}
+
+// NewRunnerClusterRole returns the ClusterRole RunnerClusterRole as
+// installed, e.g. for tests that set up a runner without the operator.
+func NewRunnerClusterRole() (*rbacv1.ClusterRole, error) {
+	objs, err := Objects(Options{})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" && o.GetName() == RunnerClusterRole {
+			var role rbacv1.ClusterRole
+			err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role)
+			return &role, err
+		}
+	}
+	return nil, errors.New("no ClusterRole " + RunnerClusterRole + " in the manifests")
+}
+
+// RunnerAccess returns what gives the runner pods of a VM namespace their
+// rights: the ServiceAccount RunnerServiceAccount and the RoleBinding
+// RunnerRoleBinding to the ClusterRole RunnerClusterRole.
+func RunnerAccess(namespace string) (*corev1.ServiceAccount, *rbacv1.RoleBinding) {
+	meta := metav1.ObjectMeta{Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "vmop"}}
+	sa := &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: *meta.DeepCopy(),
+	}
+	sa.Name = RunnerServiceAccount
+	rb := &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: meta,
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RunnerClusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: RunnerServiceAccount, Namespace: namespace}},
+	}
+	rb.Name = RunnerRoleBinding
+	return sa, rb
+}
