@@ -1,13 +1,24 @@
-// Command vm-operator will be vmop's in-cluster controller; for now it
-// only reports its version.
+// Command vm-operator is vmop's in-cluster controller; the logic is in
+// pkg/operator and pkg/controller.
 package main
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
-	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/operator"
 )
 
 func main() {
-	fmt.Println("vm-operator", version.Get())
+	// SIGTERM ends the work gracefully: reconciles in progress finish and
+	// the Lease is released for a standby replica.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := operator.NewCmd(os.Stderr).ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "vm-operator:", err)
+		os.Exit(1)
+	}
 }

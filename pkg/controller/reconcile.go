@@ -1,0 +1,184 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+// reconcile brings one VM's objects and status up to date. A positive
+// duration asks to look again then (e.g. while a pod is expected).
+func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
+	s := c.scopeOf(key.Namespace)
+	obj, err := s.vms.ByNamespace(key.Namespace).Get(key.Name)
+	if isNotFound(err) {
+		// The garbage collector removes what it owned.
+		c.written.forgetVM(key.Namespace, key.Name, render.CloudInitSecretName(key.Name), render.DisplaySecretName(key.Name))
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return 0, fmt.Errorf("unexpected object %T in the VM cache", obj)
+	}
+	if u.GetDeletionTimestamp() != nil {
+		return 0, nil
+	}
+	vm, err := decodeVM(u)
+	if err != nil {
+		return 0, c.writeStatus(ctx, u, invalidStatus(u, err))
+	}
+
+	var opts render.Options
+	if opts.ServiceAccount, err = c.ensureRunnerAccess(ctx, vm.Namespace); err != nil {
+		return 0, err
+	}
+	if opts.DisplaySecret, err = c.ensureDisplaySecret(ctx, vm); err != nil {
+		return 0, err
+	}
+	objs, err := render.Render(vm, opts)
+	if err != nil {
+		var invalid *render.InvalidError
+		if errors.As(err, &invalid) {
+			// Nothing is applied: a half-valid spec must not reach the pod.
+			return 0, c.writeStatus(ctx, u, invalidStatus(u, err))
+		}
+		return 0, err
+	}
+	if err := c.applyObjects(ctx, vm, objs); err != nil {
+		return 0, err
+	}
+	if err := c.deleteStale(ctx, vm, objs); err != nil {
+		return 0, err
+	}
+	st, requeue, err := c.observe(ctx, vm, objs)
+	if err != nil {
+		return 0, err
+	}
+	return requeue, c.writeStatus(ctx, u, st)
+}
+
+// decodeVM converts the cached object strictly, as the plugin decodes a
+// manifest, so that both see the same VM.
+func decodeVM(u *unstructured.Unstructured) (*v1.VirtualMachine, error) {
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, err
+	}
+	return v1.DecodeJSON(b)
+}
+
+// ensureRunnerAccess gives runner pods of namespace ns their service
+// account and its role binding, and returns the account's name. It writes
+// once per namespace and process: the objects are shared by all VMs of
+// the namespace, and a user may have changed them (they are left alone).
+func (c *Controller) ensureRunnerAccess(ctx context.Context, ns string) (string, error) {
+	if c.cfg.RunnerAccess == nil {
+		return "", nil
+	}
+	sa, rb := c.cfg.RunnerAccess(ns)
+	if _, done := c.access.Load(ns); done {
+		return sa.Name, nil
+	}
+	_, err := c.kube.CoreV1().ServiceAccounts(ns).Get(ctx, sa.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if _, err = c.kube.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{FieldManager: FieldManager}); err == nil {
+			c.metrics.write("ServiceAccount")
+		}
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("service account %s/%s of runner pods: %w", ns, sa.Name, err)
+	}
+	_, err = c.kube.RbacV1().RoleBindings(ns).Get(ctx, rb.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if _, err = c.kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{FieldManager: FieldManager}); err == nil {
+			c.metrics.write("RoleBinding")
+		}
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("role binding %s/%s of runner pods: %w", ns, rb.Name, err)
+	}
+	c.access.Store(ns, true)
+	return sa.Name, nil
+}
+
+// ensureDisplaySecret returns the name of the VM's display Secret, for
+// rendering: one labelled for the VM (VM-Operator's convention) or the
+// conventional name. Unless the VM says generateSecret: false, a VM with
+// SPICE and no such Secret gets one with a random password that has
+// expired, so the display stays locked until a console sets a new one.
+func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMachine) (string, error) {
+	name := render.DisplaySecretName(vm.Name)
+	sel := labels.SelectorFromSet(labels.Set{
+		render.LabelInstance:  vm.Name,
+		render.LabelComponent: render.ComponentDisplaySecret,
+	})
+	list, err := c.scopeOf(vm.Namespace).secrets.Secrets(vm.Namespace).List(sel)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range list {
+		if s.Name == name {
+			return "", nil
+		}
+	}
+	if len(list) > 0 {
+		return list[0].Name, nil
+	}
+	d := vm.Spec.VM.Display
+	if d == nil || d.Spice == nil || (d.Spice.GenerateSecret != nil && !*d.Spice.GenerateSecret) {
+		return "", nil
+	}
+	key := writeKey{kind: "Secret", namespace: vm.Namespace, name: name}
+	if c.written.covers(key, "generated", nil) {
+		return "", nil
+	}
+	pw := make([]byte, 24)
+	if _, err := rand.Read(pw); err != nil {
+		return "", err
+	}
+	lbl := render.Labels(vm.Name)
+	lbl[render.LabelComponent] = render.ComponentDisplaySecret
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: vm.Namespace, Labels: lbl,
+			OwnerReferences: []metav1.OwnerReference{ownerReference(vm)},
+		},
+		Type: corev1.SecretTypeOpaque,
+		StringData: map[string]string{
+			runnerconfig.DisplayPasswordFile: base64.RawURLEncoding.EncodeToString(pw),
+			runnerconfig.PasswordExpiryFile:  "now",
+		},
+	}
+	res, err := c.kube.CoreV1().Secrets(vm.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// A Secret without the labels, made by the user: it is theirs.
+		c.written.remember(key, "generated", &metav1.ObjectMeta{})
+	case err != nil:
+		return "", fmt.Errorf("display secret %s/%s: %w", vm.Namespace, name, err)
+	default:
+		c.metrics.write("Secret")
+		c.written.remember(key, "generated", res)
+		klog.FromContext(ctx).Info("Generated a display secret (locked until a console sets a password)", "secret", name)
+	}
+	return "", nil
+}

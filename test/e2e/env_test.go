@@ -1,0 +1,303 @@
+// Package e2e tests vm-operator as a process against a real control plane:
+// etcd, kube-apiserver, kube-controller-manager and kwok (see
+// internal/testcluster). `make e2e` runs these tests alone.
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/vmop/vmop/internal/testcluster"
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/install"
+)
+
+// node is the kwok node that VM pods are placed on (there is no scheduler).
+const node = "node-1"
+
+var operatorBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vmop-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	operatorBin = filepath.Join(dir, "vm-operator")
+	build := exec.Command("go", "build", "-o", operatorBin, "github.com/vmop/vmop/cmd/vm-operator")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build vm-operator:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is a cluster with vmop's RBAC installed and a kubeconfig that acts
+// as the operator's service account, so that its least privilege is
+// exercised too.
+type env struct {
+	t          testing.TB
+	c          *testcluster.Cluster
+	kube       *kubernetes.Clientset
+	dyn        dynamic.Interface
+	kubeconfig string // the operator's
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	c := testcluster.NewWithOptions(t, testcluster.Options{
+		CRDs:        [][]byte{v1.CRDManifest},
+		Controllers: true,
+		Nodes:       []string{node},
+	})
+	e := &env{t: t, c: c}
+	var err error
+	e.kube, err = kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+	e.dyn, err = dynamic.NewForConfig(c.Config)
+	require.NoError(t, err)
+	e.installRBAC()
+	e.kubeconfig = e.serviceAccountKubeconfig(install.DefaultNamespace, install.OperatorName)
+	return e
+}
+
+// installRBAC applies what `kubectl vm install` does but the CRD (already
+// there) and the Deployment (the operator runs as a test process).
+func (e *env) installRBAC() {
+	t, ctx := e.t, e.t.Context()
+	objs, err := install.Objects(install.Options{})
+	require.NoError(t, err)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(e.kube.Discovery()))
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Deployment" {
+			continue
+		}
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		require.NoError(t, err, "%s", gvk)
+		ri := e.dyn.Resource(m.Resource)
+		var r dynamic.ResourceInterface = ri
+		if o.GetNamespace() != "" {
+			r = ri.Namespace(o.GetNamespace())
+		}
+		_, err = r.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "e2e", Force: true})
+		require.NoError(t, err, "%s %s", o.GetKind(), o.GetName())
+	}
+}
+
+// serviceAccountKubeconfig writes a kubeconfig with a token of the
+// service account.
+func (e *env) serviceAccountKubeconfig(ns, sa string) string {
+	t, ctx := e.t, e.t.Context()
+	var token string
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	require.Eventually(t, func() bool {
+		res, err := e.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+		if err != nil {
+			return false
+		}
+		token = res.Status.Token
+		return true
+	}, 20*time.Second, 100*time.Millisecond, "token of %s/%s", ns, sa)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["e2e"] = &clientcmdapi.Cluster{Server: e.c.Config.Host, CertificateAuthorityData: e.c.Config.CAData}
+	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: sa}
+	kc.CurrentContext = "e2e"
+	path := filepath.Join(e.c.Dir, sa+".kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*kc, path))
+	return path
+}
+
+// operator is a running vm-operator process.
+type operator struct {
+	*testcluster.Process
+	metrics string // base URL of /metrics
+}
+
+// startOperator runs vm-operator with short leader-election timings.
+func (e *env) startOperator(name string, args ...string) *operator {
+	t := e.t
+	port := freePort(t)
+	all := append([]string{
+		"--kubeconfig=" + e.kubeconfig,
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(port),
+		"--health-probe-bind-address=0",
+		"--leader-election-namespace=" + install.DefaultNamespace,
+		"--leader-elect-lease-duration=4s",
+		"--leader-elect-renew-deadline=3s",
+		"--leader-elect-retry-period=500ms",
+		"-v=2",
+	}, args...)
+	p, err := e.c.StartProcess(name, operatorBin, all...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s log, last lines:\n%s", name, p.LogTail(60))
+		}
+	})
+	return &operator{Process: p, metrics: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"}
+}
+
+// terminate sends SIGTERM, as the kubelet does, and waits for the exit.
+func (o *operator) terminate(t testing.TB) {
+	t.Helper()
+	require.NoError(t, syscall.Kill(o.Pid(), syscall.SIGTERM))
+	select {
+	case <-o.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not stop within 30 s of SIGTERM", o.Name)
+	}
+}
+
+// logContains tells whether the operator logged s.
+func (o *operator) logContains(s string) bool {
+	b, _ := os.ReadFile(o.Log)
+	return strings.Contains(string(b), s)
+}
+
+// writes sums the operator's vmop_writes_total.
+func (o *operator) writes(t testing.TB) int {
+	t.Helper()
+	resp, err := http.Get(o.metrics)
+	require.NoError(t, err, "metrics of %s", o.Name)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "vmop_writes_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		require.NoError(t, err, line)
+		n += int(v)
+	}
+	return n
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// namespace creates a namespace for one test.
+func (e *env) namespace(name string, labels map[string]string) string {
+	_, err := e.kube.CoreV1().Namespaces().Create(e.t.Context(), &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+	}, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	return name
+}
+
+// createVM creates a VirtualMachine from YAML in namespace ns.
+func (e *env) createVM(ns, manifest string) *unstructured.Unstructured {
+	t := e.t
+	u := &unstructured.Unstructured{}
+	require.NoError(t, yaml.Unmarshal([]byte(manifest), &u.Object))
+	u.SetNamespace(ns)
+	res, err := e.vms(ns).Create(t.Context(), u, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return res
+}
+
+func (e *env) vms(ns string) dynamic.ResourceInterface {
+	return e.dyn.Resource(v1.GroupVersionResource).Namespace(ns)
+}
+
+func (e *env) getVM(ns, name string) *unstructured.Unstructured {
+	vm, err := e.vms(ns).Get(e.t.Context(), name, metav1.GetOptions{})
+	require.NoError(e.t, err)
+	return vm
+}
+
+// patchVM merge-patches the VM's spec.vm.
+func (e *env) patchVM(ns, name, vmPatch string) {
+	_, err := e.vms(ns).Patch(e.t.Context(), name, types.MergePatchType, []byte(`{"spec":{"vm":`+vmPatch+`}}`), metav1.PatchOptions{})
+	require.NoError(e.t, err)
+}
+
+func status(vm *unstructured.Unstructured) v1.VirtualMachineStatus {
+	var st v1.VirtualMachineStatus
+	raw, _, _ := unstructured.NestedMap(vm.Object, "status")
+	b, _ := yaml.Marshal(raw)
+	_ = yaml.Unmarshal(b, &st)
+	return st
+}
+
+func condition(st v1.VirtualMachineStatus, typ string) metav1.Condition {
+	for _, c := range st.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+// waitStatus waits until the VM's status satisfies ok and returns it.
+func (e *env) waitStatus(ns, name string, timeout time.Duration, what string, ok func(v1.VirtualMachineStatus) bool) v1.VirtualMachineStatus {
+	e.t.Helper()
+	var st v1.VirtualMachineStatus
+	deadline := time.Now().Add(timeout)
+	for {
+		vm, err := e.vms(ns).Get(e.t.Context(), name, metav1.GetOptions{})
+		if err == nil {
+			st = status(vm)
+			if ok(st) {
+				return st
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s/%s: %s: not within %v; status: %+v", ns, name, what, timeout, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// eventually polls f until it returns "" (success) or the time is up;
+// the failure shows f's last message.
+func eventually(t testing.TB, timeout time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", timeout, msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

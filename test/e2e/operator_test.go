@@ -1,0 +1,531 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/controller"
+	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// runningVM has everything that makes objects: disks (PVCs), a CD, SPICE
+// (a generated display Secret) and cloud-init.
+const runningVM = `apiVersion: vmoperator.jdrupes.org/v1
+kind: VirtualMachine
+metadata:
+  name: %s
+spec:
+  nodeName: node-1
+  cloudInit:
+    userData:
+      hostname: test
+  vm:
+    state: Running
+    maximumCpus: 4
+    currentCpus: 2
+    maximumRam: 2Gi
+    currentRam: 1Gi
+    disks:
+    - volumeClaimTemplate:
+        metadata: {name: system}
+        spec:
+          resources: {requests: {storage: 1Gi}}
+    - cdrom: {image: ""}
+    display:
+      spice: {port: 5910}
+`
+
+func TestOperator(t *testing.T) {
+	e := newEnv(t)
+	pvcDeletions := e.watchPVCDeletions()
+	op := e.startOperator("vm-operator", "--resync=2s")
+	eventually(t, 30*time.Second, func() string {
+		if op.logContains("Became the leader") {
+			return ""
+		}
+		return "the operator did not take the lease"
+	})
+
+	t.Run("each example creates exactly its rendered objects", func(t *testing.T) {
+		files, err := filepath.Glob("../../examples/*.yaml")
+		require.NoError(t, err)
+		require.NotEmpty(t, files)
+		for i, f := range files {
+			ns := e.namespace(fmt.Sprintf("example-%d", i), nil)
+			vm, others := e.applyExample(t, f, ns)
+			e.requireRendered(t, vm, others)
+		}
+	})
+
+	t.Run("a VM starts, changes live, needs a restart, stops and is deleted keeping its disks", func(t *testing.T) {
+		ns := e.namespace("lifecycle", nil)
+		created := e.createVM(ns, fmt.Sprintf(runningVM, "vm1"))
+		st := e.waitStatus(ns, "vm1", 60*time.Second, "running", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+		})
+		require.Equal(t, node, st.Node)
+		require.Equal(t, created.GetGeneration(), st.ObservedGeneration)
+		require.Equal(t, controller.ReasonRunning, condition(st, controller.ConditionRunning).Reason)
+		require.Equal(t, metav1.ConditionFalse, condition(st, controller.ConditionRestartRequired).Status)
+		require.Equal(t, metav1.ConditionFalse, condition(st, controller.ConditionFailed).Status)
+		e.waitStatus(ns, "vm1", 30*time.Second, "ready", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, controller.ConditionReady).Status == metav1.ConditionTrue
+		})
+		e.requireRendered(t, e.getVM(ns, "vm1"), nil)
+		pod := e.pod(t, ns, "vm1-0")
+		sts := e.statefulSet(t, ns, "vm1")
+
+		// Live changes: only the ConfigMap changes, the pod stays.
+		e.patchVM(ns, "vm1", `{"currentCpus":3,"currentRam":"1536Mi"}`)
+		e.waitConfig(t, ns, "vm1", "currentCpus: 3", "currentRam: 1610612736")
+		_, err := e.vms(ns).Patch(t.Context(), "vm1", types.JSONPatchType,
+			[]byte(`[{"op":"replace","path":"/spec/vm/disks/1/cdrom/image","value":"installer.iso"}]`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		e.waitConfig(t, ns, "vm1", "installer.iso")
+		gen := e.getVM(ns, "vm1").GetGeneration()
+		st = e.waitStatus(ns, "vm1", 30*time.Second, "observed the live changes", func(st v1.VirtualMachineStatus) bool {
+			return st.ObservedGeneration == gen
+		})
+		require.Equal(t, metav1.ConditionFalse, condition(st, controller.ConditionRestartRequired).Status)
+		require.Equal(t, sts.Generation, e.statefulSet(t, ns, "vm1").Generation, "the StatefulSet was not changed")
+		require.Equal(t, pod.UID, e.pod(t, ns, "vm1-0").UID, "the pod was not recreated")
+
+		// maximumRam applies only at the next start.
+		e.patchVM(ns, "vm1", `{"maximumRam":"4Gi"}`)
+		st = e.waitStatus(ns, "vm1", 30*time.Second, "restart required", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, controller.ConditionRestartRequired).Status == metav1.ConditionTrue
+		})
+		require.Contains(t, condition(st, controller.ConditionRestartRequired).Message, "stop and start")
+		require.Equal(t, pod.UID, e.pod(t, ns, "vm1-0").UID, "the pod was not touched")
+		require.Equal(t, metav1.ConditionTrue, condition(st, controller.ConditionRunning).Status)
+
+		// Stopped: no pod; the restart is no longer pending.
+		e.patchVM(ns, "vm1", `{"state":"Stopped"}`)
+		eventually(t, 60*time.Second, func() string {
+			if r := e.statefulSet(t, ns, "vm1").Spec.Replicas; *r != 0 {
+				return fmt.Sprintf("replicas %d", *r)
+			}
+			if _, err := e.kube.CoreV1().Pods(ns).Get(t.Context(), "vm1-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Sprintf("pod still there (%v)", err)
+			}
+			return ""
+		})
+		st = e.waitStatus(ns, "vm1", 30*time.Second, "stopped", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, controller.ConditionRunning).Reason == controller.ReasonStopped
+		})
+		require.Empty(t, st.Node)
+		require.Equal(t, metav1.ConditionFalse, condition(st, controller.ConditionRestartRequired).Status)
+
+		// Deleted: the garbage collector removes what the VM owned; the
+		// PVCs stay.
+		pvcs := e.pvcNames(t, ns)
+		require.ElementsMatch(t, []string{"runner-data-vm1-0", "system-disk-vm1-0"}, pvcs)
+		require.NoError(t, e.vms(ns).Delete(t.Context(), "vm1", metav1.DeleteOptions{}))
+		eventually(t, 60*time.Second, func() string {
+			if left := e.ownedObjects(t, ns, "vm1"); len(left) > 0 {
+				return fmt.Sprintf("left: %v", left)
+			}
+			return ""
+		})
+		require.ElementsMatch(t, pvcs, e.pvcNames(t, ns), "the disks outlive the VM")
+	})
+
+	t.Run("a pod that cannot be created sets Failed with the reason", func(t *testing.T) {
+		// Pod security "baseline" forbids the runner's privileged container.
+		ns := e.namespace("restricted", map[string]string{"pod-security.kubernetes.io/enforce": "baseline"})
+		e.createVM(ns, fmt.Sprintf(runningVM, "vm2"))
+		st := e.waitStatus(ns, "vm2", 60*time.Second, "failed", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, controller.ConditionFailed).Status == metav1.ConditionTrue
+		})
+		f := condition(st, controller.ConditionFailed)
+		require.Equal(t, controller.ReasonPodCreateFailed, f.Reason)
+		require.Contains(t, f.Message, "privileged")
+		require.Equal(t, controller.ReasonStarting, condition(st, controller.ConditionRunning).Reason)
+	})
+
+	t.Run("a rejected write is retried until it succeeds", func(t *testing.T) {
+		ns := e.namespace("retry", nil)
+		e.denyConfigMaps(t, ns)
+		e.createVM(ns, fmt.Sprintf(runningVM, "vm3"))
+		eventually(t, 30*time.Second, func() string {
+			if op.logContains("Reconcile failed; retrying") && op.logContains("denied by the e2e test") {
+				return ""
+			}
+			return "no failed write logged"
+		})
+		_, err := e.kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "vm3", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "the ConfigMap was denied: %v", err)
+		e.allowConfigMaps(t)
+		e.waitStatus(ns, "vm3", 60*time.Second, "running after the retry", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+		})
+		e.requireRendered(t, e.getVM(ns, "vm3"), nil)
+	})
+
+	t.Run("a resync of an unchanged cluster writes nothing", func(t *testing.T) {
+		settled := e.waitSettled(t, op)
+		require.Positive(t, settled)
+		time.Sleep(5 * time.Second) // two resyncs of --resync=2s and then some
+		require.Equal(t, settled, op.writes(t), "writes during resyncs")
+	})
+
+	t.Run("an operator killed mid-way converges after a restart", func(t *testing.T) {
+		ns := e.namespace("restart", nil)
+		names := make([]string, 30)
+		for i := range names {
+			names[i] = fmt.Sprintf("r%02d", i)
+			e.createVM(ns, fmt.Sprintf(runningVM, names[i]))
+			if i == 10 {
+				op.Stop() // SIGKILL, no goodbye
+			}
+		}
+		op = e.startOperator("vm-operator-2", "--resync=2s")
+		for _, n := range names {
+			e.waitStatus(ns, n, 90*time.Second, "running", func(st v1.VirtualMachineStatus) bool {
+				return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+			})
+			e.requireRendered(t, e.getVM(ns, n), nil)
+		}
+		// Exactly one of each object: no duplicates, nothing lost.
+		for kind, count := range e.objectCounts(t, ns) {
+			want := len(names)
+			if kind == "Secret" {
+				want = 2 * len(names) // cloud-init and display
+			}
+			require.Equal(t, want, count, kind)
+		}
+	})
+
+	t.Run("a second operator stays passive until the first one stops", func(t *testing.T) {
+		e.waitSettled(t, op)
+		standby := e.startOperator("vm-operator-standby", "--resync=2s")
+		eventually(t, 30*time.Second, func() string {
+			if standby.logContains("Standing by") {
+				return ""
+			}
+			return "the second operator did not stand by"
+		})
+		ns := e.namespace("leader", nil)
+		e.createVM(ns, fmt.Sprintf(runningVM, "l1"))
+		e.waitStatus(ns, "l1", 60*time.Second, "reconciled by the leader", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+		})
+		require.Equal(t, 0, standby.writes(t), "the standby wrote")
+		require.False(t, standby.logContains("Became the leader"))
+
+		op.terminate(t)
+		require.True(t, op.logContains("Shutting down workers"), "graceful stop")
+		eventually(t, 20*time.Second, func() string {
+			if standby.logContains("Became the leader") {
+				return ""
+			}
+			return "the standby did not take over"
+		})
+		e.createVM(ns, fmt.Sprintf(runningVM, "l2"))
+		e.waitStatus(ns, "l2", 60*time.Second, "reconciled by the new leader", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+		})
+		require.Positive(t, standby.writes(t))
+	})
+
+	require.Empty(t, pvcDeletions(), "no PVC is ever deleted")
+}
+
+// applyExample creates the documents of an example file in namespace ns
+// and returns the VM and the other objects' names by kind.
+func (e *env) applyExample(t *testing.T, file, ns string) (*unstructured.Unstructured, map[string][]string) {
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	r := manifest.NewReader(bytes.NewReader(data))
+	var vm *unstructured.Unstructured
+	others := map[string][]string{}
+	for {
+		d, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		u := &unstructured.Unstructured{}
+		require.NoError(t, u.UnmarshalJSON(d.JSON))
+		u.SetNamespace(ns)
+		switch u.GetKind() {
+		case v1.Kind:
+			vm, err = e.vms(ns).Create(t.Context(), u, metav1.CreateOptions{})
+		case "Secret":
+			_, err = e.dyn.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{})
+			others["Secret"] = append(others["Secret"], u.GetName())
+		default:
+			t.Fatalf("%s: unexpected %s", file, u.GetKind())
+		}
+		require.NoError(t, err, "%s: %s %s", file, u.GetKind(), u.GetName())
+	}
+	require.NotNil(t, vm, "%s has a VM", file)
+	return vm, others
+}
+
+// requireRendered waits until the VM's objects in the cluster are exactly
+// what render makes of it (by name and render hash, owned by the VM), plus
+// a generated display Secret and the given other objects, and its status
+// is written for its generation.
+func (e *env) requireRendered(t *testing.T, u *unstructured.Unstructured, others map[string][]string) {
+	t.Helper()
+	vm, err := v1.DecodeJSON(mustJSON(t, u))
+	require.NoError(t, err)
+	objs, err := render.Render(vm, render.Options{ServiceAccount: install.RunnerServiceAccount})
+	require.NoError(t, err)
+	want := map[string]string{} // kind/name -> hash
+	for _, o := range objs.List() {
+		m := o.(metav1.Object)
+		want[o.GetObjectKind().GroupVersionKind().Kind+"/"+m.GetName()] = m.GetAnnotations()[render.AnnotationHash]
+	}
+	for kind, names := range others {
+		for _, n := range names {
+			want[kind+"/"+n] = "" // not rendered: any hash
+		}
+	}
+	vm.Default()
+	if sp := vm.Spec.VM.Display; sp != nil && sp.Spice != nil && *sp.Spice.GenerateSecret && len(others["Secret"]) == 0 {
+		want["Secret/"+render.DisplaySecretName(vm.Name)] = ""
+	}
+	eventually(t, 60*time.Second, func() string {
+		have := e.ownedObjects(t, vm.Namespace, vm.Name)
+		if !slices.Equal(sortedKeys(want), sortedKeys(have)) {
+			return fmt.Sprintf("objects of %s: have %v, want %v", vm.Name, sortedKeys(have), sortedKeys(want))
+		}
+		for k, h := range want {
+			if h != "" && have[k].hash != h {
+				return fmt.Sprintf("%s: hash %q, want %q", k, have[k].hash, h)
+			}
+			if h != "" && have[k].owner != u.GetUID() {
+				return fmt.Sprintf("%s: not owned by the VM", k)
+			}
+		}
+		st := status(e.getVM(vm.Namespace, vm.Name))
+		if st.ObservedGeneration != u.GetGeneration() || condition(st, controller.ConditionRunning).Type == "" {
+			return fmt.Sprintf("status not written: %+v", st)
+		}
+		return ""
+	})
+}
+
+type objectInfo struct {
+	hash  string
+	owner types.UID
+}
+
+// ownedObjects lists the VM's StatefulSets, ConfigMaps, Secrets and
+// Services by kind/name.
+func (e *env) ownedObjects(t *testing.T, ns, vm string) map[string]objectInfo {
+	ctx := t.Context()
+	sel := metav1.ListOptions{LabelSelector: labels.Set{render.LabelInstance: vm}.String()}
+	out := map[string]objectInfo{}
+	add := func(kind string, m metav1.Object) {
+		info := objectInfo{hash: m.GetAnnotations()[render.AnnotationHash]}
+		if ref := metav1.GetControllerOf(m); ref != nil {
+			info.owner = ref.UID
+		}
+		out[kind+"/"+m.GetName()] = info
+	}
+	stss, err := e.kube.AppsV1().StatefulSets(ns).List(ctx, sel)
+	require.NoError(t, err)
+	for i := range stss.Items {
+		add("StatefulSet", &stss.Items[i])
+	}
+	cms, err := e.kube.CoreV1().ConfigMaps(ns).List(ctx, sel)
+	require.NoError(t, err)
+	for i := range cms.Items {
+		add("ConfigMap", &cms.Items[i])
+	}
+	secrets, err := e.kube.CoreV1().Secrets(ns).List(ctx, sel)
+	require.NoError(t, err)
+	for i := range secrets.Items {
+		add("Secret", &secrets.Items[i])
+	}
+	svcs, err := e.kube.CoreV1().Services(ns).List(ctx, sel)
+	require.NoError(t, err)
+	for i := range svcs.Items {
+		add("Service", &svcs.Items[i])
+	}
+	return out
+}
+
+// objectCounts counts the VMs' objects in ns by kind.
+func (e *env) objectCounts(t *testing.T, ns string) map[string]int {
+	counts := map[string]int{}
+	vms, err := e.vms(ns).List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	for _, vm := range vms.Items {
+		for k := range e.ownedObjects(t, ns, vm.GetName()) {
+			counts[k[:strings.IndexByte(k, '/')]]++
+		}
+	}
+	return counts
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func mustJSON(t *testing.T, u *unstructured.Unstructured) []byte {
+	b, err := u.MarshalJSON()
+	require.NoError(t, err)
+	return b
+}
+
+func (e *env) pod(t *testing.T, ns, name string) *corev1.Pod {
+	p, err := e.kube.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return p
+}
+
+func (e *env) statefulSet(t *testing.T, ns, name string) *appsv1.StatefulSet {
+	s, err := e.kube.AppsV1().StatefulSets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return s
+}
+
+// waitConfig waits until the VM's runner config contains every string.
+func (e *env) waitConfig(t *testing.T, ns, name string, want ...string) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() string {
+		cm, err := e.kube.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		for _, w := range want {
+			if !strings.Contains(cm.Data["config.yaml"], w) {
+				return fmt.Sprintf("config lacks %q:\n%s", w, cm.Data["config.yaml"])
+			}
+		}
+		return ""
+	})
+}
+
+func (e *env) pvcNames(t *testing.T, ns string) []string {
+	list, err := e.kube.CoreV1().PersistentVolumeClaims(ns).List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	var names []string
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// watchPVCDeletions records every PVC deletion in the cluster for the
+// rest of the test.
+func (e *env) watchPVCDeletions() func() []string {
+	w, err := e.kube.CoreV1().PersistentVolumeClaims("").Watch(e.t.Context(), metav1.ListOptions{})
+	require.NoError(e.t, err)
+	var (
+		mu      sync.Mutex
+		deleted []string
+	)
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Deleted {
+				continue
+			}
+			if p, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok {
+				mu.Lock()
+				deleted = append(deleted, p.Namespace+"/"+p.Name)
+				mu.Unlock()
+			}
+		}
+	}()
+	e.t.Cleanup(w.Stop)
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(deleted)
+	}
+}
+
+// waitSettled waits until the operator's write count stops changing and
+// returns it.
+func (e *env) waitSettled(t *testing.T, op *operator) int {
+	t.Helper()
+	last, since := op.writes(t), time.Now()
+	for time.Since(since) < 3*time.Second {
+		time.Sleep(250 * time.Millisecond)
+		if n := op.writes(t); n != last {
+			last, since = n, time.Now()
+		}
+	}
+	return last
+}
+
+const denyPolicy = "e2e-deny-configmaps"
+
+// denyConfigMaps makes the API server reject ConfigMap writes in ns, as a
+// stand-in for any failing write (conflict, webhook, quota).
+func (e *env) denyConfigMaps(t *testing.T, ns string) {
+	ctx := t.Context()
+	_, err := e.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: denyPolicy},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "denied by the e2e test"}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = e.kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: denyPolicy},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        denyPolicy,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: ns},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// The policy takes effect after the API server has loaded it.
+	eventually(t, 10*time.Second, func() string {
+		_, err := e.kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return "the policy is not in force yet"
+		}
+		return ""
+	})
+}
+
+func (e *env) allowConfigMaps(t *testing.T) {
+	ctx := t.Context()
+	require.NoError(t, e.kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, denyPolicy, metav1.DeleteOptions{}))
+	require.NoError(t, e.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, denyPolicy, metav1.DeleteOptions{}))
+}
