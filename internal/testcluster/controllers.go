@@ -56,6 +56,10 @@ func (c *Cluster) startControllerManager(ctx context.Context, timeout time.Durat
 		// certificate made in memory.
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(ports[0]),
+		// The default 20 requests/s leave a thousand StatefulSets' status
+		// updates queued for a minute: scale tests would measure that.
+		"--kube-api-qps=500",
+		"--kube-api-burst=1000",
 	)
 	if err != nil {
 		return err

@@ -89,11 +89,15 @@ func nilIfAbsent[T any, P interface {
 	return obj, nil
 }
 
+// fieldValidation: what the operator writes comes from Go types, so it
+// cannot hold unknown fields, and the API server can skip looking for them.
+const fieldValidation = metav1.FieldValidationIgnore
+
 // patch server-side applies body as the operator.
 func (c *Controller) patch(ctx context.Context, obj runtime.Object, body []byte) (metav1.Object, error) {
 	m := obj.(metav1.Object)
 	ns, name := m.GetNamespace(), m.GetName()
-	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}
+	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true), FieldValidation: fieldValidation}
 	switch obj.(type) {
 	case *appsv1.StatefulSet:
 		return c.kube.AppsV1().StatefulSets(ns).Patch(ctx, name, types.ApplyPatchType, body, opts)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -123,10 +124,10 @@ func (c *Controller) watch(kube kubernetes.Interface, dyn dynamic.Interface, ns 
 	kf := informers.NewSharedInformerFactoryWithOptions(kube, c.cfg.Resync,
 		informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
-		informers.WithTransform(stripManagedFields))
+		informers.WithTransform(trim))
 	df := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, c.cfg.Resync, ns, nil)
 	vmInformer := df.ForResource(v1.GroupVersionResource)
-	utilruntime.Must(vmInformer.Informer().SetTransform(stripManagedFields))
+	utilruntime.Must(vmInformer.Informer().SetTransform(trim))
 
 	s := &scope{
 		vms:          vmInformer.Lister(),
@@ -168,11 +169,33 @@ func (c *Controller) watch(kube kubernetes.Interface, dyn dynamic.Interface, ns 
 	return s
 }
 
-// stripManagedFields drops what the operator never reads before an object
-// enters a cache; managed fields are often the bulk of an object.
-func stripManagedFields(obj any) (any, error) {
-	if m, err := meta(obj); err == nil {
-		m.SetManagedFields(nil)
+// trim drops what the operator never reads before an object enters a
+// cache: managed fields everywhere, the last-applied annotation (a copy of
+// the object), and of the objects it renders all but their metadata, since
+// it compares their render hashes, not their contents. With a thousand
+// VMs this is most of the operator's memory.
+func trim(obj any) (any, error) {
+	m, err := meta(obj)
+	if err != nil {
+		return obj, nil
+	}
+	m.SetManagedFields(nil)
+	if a := m.GetAnnotations(); a[corev1.LastAppliedConfigAnnotation] != "" {
+		delete(a, corev1.LastAppliedConfigAnnotation)
+		m.SetAnnotations(a)
+	}
+	switch o := obj.(type) {
+	case *appsv1.StatefulSet:
+		o.Spec, o.Status = appsv1.StatefulSetSpec{}, appsv1.StatefulSetStatus{}
+	case *corev1.ConfigMap:
+		o.Data, o.BinaryData = nil, nil
+	case *corev1.Secret:
+		o.Data, o.StringData = nil, nil
+	case *corev1.Service:
+		o.Spec, o.Status = corev1.ServiceSpec{}, corev1.ServiceStatus{}
+	case *corev1.Pod:
+		// The status and the node tell how the VM runs.
+		o.Spec = corev1.PodSpec{NodeName: o.Spec.NodeName}
 	}
 	return obj, nil
 }

@@ -125,6 +125,8 @@ func (c *Controller) ensureRunnerAccess(ctx context.Context, ns string) (string,
 // conventional name. Unless the VM says generateSecret: false, a VM with
 // SPICE and no such Secret gets one with a random password that has
 // expired, so the display stays locked until a console sets a new one.
+// That happens when the VM is to run, before its pod exists: a stopped VM
+// has no display, and a thousand stopped VMs need no thousand Secrets.
 func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMachine) (string, error) {
 	name := render.DisplaySecretName(vm.Name)
 	sel := labels.SelectorFromSet(labels.Set{
@@ -144,7 +146,7 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 		return list[0].Name, nil
 	}
 	d := vm.Spec.VM.Display
-	if d == nil || d.Spice == nil || (d.Spice.GenerateSecret != nil && !*d.Spice.GenerateSecret) {
+	if vm.Spec.VM.State != v1.StateRunning || d == nil || d.Spice == nil || (d.Spice.GenerateSecret != nil && !*d.Spice.GenerateSecret) {
 		return "", nil
 	}
 	key := writeKey{kind: "Secret", namespace: vm.Namespace, name: name}
@@ -168,7 +170,7 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 			runnerconfig.PasswordExpiryFile:  "now",
 		},
 	}
-	res, err := c.kube.CoreV1().Secrets(vm.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
+	res, err := c.kube.CoreV1().Secrets(vm.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager, FieldValidation: fieldValidation})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// A Secret without the labels, made by the user: it is theirs.

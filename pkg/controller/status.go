@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
@@ -238,13 +240,17 @@ func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructur
 	if err != nil {
 		return err
 	}
-	apply := &unstructured.Unstructured{Object: map[string]any{
+	body, err := json.Marshal(map[string]any{
 		"apiVersion": v1.APIVersion,
 		"kind":       v1.Kind,
 		"metadata":   map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
 		"status":     status,
-	}}
-	res, err := c.vms.Namespace(u.GetNamespace()).ApplyStatus(ctx, u.GetName(), apply, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	})
+	if err != nil {
+		return err
+	}
+	res, err := c.vms.Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true), FieldValidation: fieldValidation}, "status")
 	if err != nil {
 		return fmt.Errorf("status of %s/%s: %w", u.GetNamespace(), u.GetName(), err)
 	}

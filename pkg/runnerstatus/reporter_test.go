@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/vmop/vmop/internal/testcluster"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/version"
 )
@@ -290,25 +290,24 @@ func TestReporter(t *testing.T) {
 		require.Empty(t, e.status(t, "default", "forbidden").Conditions)
 	})
 
-	t.Run("the Role grants all the reporter needs", func(t *testing.T) {
+	t.Run("the runner ClusterRole grants all the reporter needs", func(t *testing.T) {
+		// As installed and bound by the operator; the admission policy
+		// that limits a runner to its own VM is tested in pkg/install.
 		const ns = "rbac"
 		_, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		require.NoError(t, err)
-		_, err = e.cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "vm-runner"}}, metav1.CreateOptions{})
+		role, err := install.NewRunnerClusterRole()
 		require.NoError(t, err)
-		role, err := Role(ns)
+		_, err = e.cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
 		require.NoError(t, err)
-		_, err = e.cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
+		account, binding := install.RunnerAccess(ns)
+		_, err = e.cs.CoreV1().ServiceAccounts(ns).Create(ctx, account, metav1.CreateOptions{})
 		require.NoError(t, err)
-		_, err = e.cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "vm-runner"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "vm-runner", Namespace: ns}},
-		}, metav1.CreateOptions{})
+		_, err = e.cs.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{})
 		require.NoError(t, err)
 
 		cfg := rest.CopyConfig(e.cfg)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":vm-runner"}
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + account.Name}
 		e.createVM(t, ns, "vm")
 		e.createStatefulSet(t, ns, "gitops")
 		// RBAC takes a moment to see a new binding.
@@ -349,14 +348,6 @@ func TestInClusterOutsideAPod(t *testing.T) {
 	r, err := InCluster("vm", nil)
 	require.ErrorIs(t, err, ErrNotInCluster)
 	require.Nil(t, r)
-}
-
-func TestRoleManifest(t *testing.T) {
-	role, err := Role("ns")
-	require.NoError(t, err)
-	require.Equal(t, "vm-runner", role.Name)
-	require.Equal(t, "ns", role.Namespace)
-	require.Len(t, role.Rules, 3)
 }
 
 // reporter starts a Reporter that the test stops.

@@ -96,13 +96,18 @@ func TestOperator(t *testing.T) {
 			return condition(st, controller.ConditionReady).Status == metav1.ConditionTrue
 		})
 		e.requireRendered(t, e.getVM(ns, "vm1"), nil)
+		secret, err := e.kube.CoreV1().Secrets(ns).Get(t.Context(), "vm1-display-secret", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Len(t, secret.Data["display-password"], 32, "a random password")
+		require.Equal(t, "now", string(secret.Data["password-expiry"]), "locked until a console sets one")
+		require.Equal(t, created.GetUID(), metav1.GetControllerOf(secret).UID)
 		pod := e.pod(t, ns, "vm1-0")
 		sts := e.statefulSet(t, ns, "vm1")
 
 		// Live changes: only the ConfigMap changes, the pod stays.
 		e.patchVM(ns, "vm1", `{"currentCpus":3,"currentRam":"1536Mi"}`)
 		e.waitConfig(t, ns, "vm1", "currentCpus: 3", "currentRam: 1610612736")
-		_, err := e.vms(ns).Patch(t.Context(), "vm1", types.JSONPatchType,
+		_, err = e.vms(ns).Patch(t.Context(), "vm1", types.JSONPatchType,
 			[]byte(`[{"op":"replace","path":"/spec/vm/disks/1/cdrom/image","value":"installer.iso"}]`), metav1.PatchOptions{})
 		require.NoError(t, err)
 		e.waitConfig(t, ns, "vm1", "installer.iso")
@@ -308,7 +313,7 @@ func (e *env) requireRendered(t *testing.T, u *unstructured.Unstructured, others
 		}
 	}
 	vm.Default()
-	if sp := vm.Spec.VM.Display; sp != nil && sp.Spice != nil && *sp.Spice.GenerateSecret && len(others["Secret"]) == 0 {
+	if sp := vm.Spec.VM.Display; vm.Spec.VM.State == v1.StateRunning && sp != nil && sp.Spice != nil && *sp.Spice.GenerateSecret && len(others["Secret"]) == 0 {
 		want["Secret/"+render.DisplaySecretName(vm.Name)] = ""
 	}
 	eventually(t, 60*time.Second, func() string {
@@ -471,7 +476,7 @@ func (e *env) watchPVCDeletions() func() []string {
 
 // waitSettled waits until the operator's write count stops changing and
 // returns it.
-func (e *env) waitSettled(t *testing.T, op *operator) int {
+func (e *env) waitSettled(t testing.TB, op *operator) int {
 	t.Helper()
 	last, since := op.writes(t), time.Now()
 	for time.Since(since) < 3*time.Second {

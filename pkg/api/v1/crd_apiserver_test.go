@@ -226,7 +226,7 @@ conditions:
     status: "False"
     observedGeneration: 1
     lastTransitionTime: "2025-01-02T03:04:05Z"
-    reason: VmStopped
+    reason: Stopped
     message: The VM is stopped.
 runnerVersion: "1.0.0"
 cpus: 2
@@ -346,10 +346,10 @@ func TestCRDOnAPIServer(t *testing.T) {
 		require.NoError(t, err, "%s", out)
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		require.Len(t, lines, 2, "%s", out)
-		require.Equal(t, []string{"NAME", "STATE", "CPUS", "RAM", "NODE", "AGE"}, strings.Fields(lines[0]))
+		require.Equal(t, []string{"NAME", "STATE", "STATUS", "CPUS", "RAM", "NODE", "AGE"}, strings.Fields(lines[0]))
 		row := strings.Fields(lines[1])
-		require.Len(t, row, 6, "%s", out)
-		require.Equal(t, []string{"full", "Stopped", "2", "4Gi", "node-1"}, row[:5])
+		require.Len(t, row, 7, "%s", out)
+		require.Equal(t, []string{"full", "Stopped", "Stopped", "2", "4Gi", "node-1"}, row[:6])
 
 		// The short name works too.
 		out, err = c.Kubectl(ctx, "get", "vm", "full", "-o", "name").CombinedOutput()

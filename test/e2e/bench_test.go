@@ -1,0 +1,327 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/vmop/vmop/pkg/controller"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// scaleVM is what the scale benchmark creates 1,000 of: stopped, with
+// SPICE (its display Secret is generated when it is started) and a disk.
+const scaleVM = `apiVersion: vmoperator.jdrupes.org/v1
+kind: VirtualMachine
+metadata:
+  name: %s
+spec:
+  nodeName: node-1
+  vm:
+    maximumCpus: 2
+    maximumRam: 1Gi
+    disks:
+    - volumeClaimTemplate:
+        metadata: {name: system}
+        spec:
+          resources: {requests: {storage: 1Gi}}
+    display:
+      spice: {}
+`
+
+// BenchmarkScale creates 1,000 VMs at once and then starts the operator,
+// and measures until every VM has its objects and its status; then the
+// writes per VM, the writes of two full resyncs (should be 0), the
+// operator's peak RSS and the latency from a state change to the
+// StatefulSet's new replicas (the operator's part) and to the status
+// saying Running (with the controller manager and kwok). The VMs are
+// created first because creating them (the API server validates each
+// against the CRD's schema and CEL rules) takes as much of the 2 cores as
+// reconciling them. Run it with -benchtime 1x: one round is the measurement.
+func BenchmarkScale(b *testing.B) {
+	const (
+		vms     = 1000
+		changes = 100
+		resync  = 10 * time.Second
+	)
+	e := newEnv(b)
+	ns := e.namespace("scale", nil)
+	for b.Loop() {
+		start := time.Now()
+		createAll(b, e, ns, vms)
+		b.ReportMetric(time.Since(start).Seconds(), "s-to-create")
+
+		cpuBefore := map[string]float64{}
+		for _, p := range e.c.Processes() {
+			cpuBefore[p.Name] = cpuSeconds(p.Pid())
+		}
+		start = time.Now()
+		op := e.startOperator("vm-operator", "--resync="+resync.String(), "--kube-api-qps=1000", "--kube-api-burst=2000", "-v=0")
+		var peakRSS atomic.Int64
+		stopSampling := sampleRSS(op.Pid(), &peakRSS)
+		waitReconciled(b, e, ns, vms)
+		elapsed := time.Since(start)
+		// Where the CPU went: the machine has 2 cores for all of them.
+		for _, p := range e.c.Processes() {
+			b.Logf("%s: %.1f s CPU while the VMs were reconciled", p.Name, cpuSeconds(p.Pid())-cpuBefore[p.Name])
+		}
+		b.ReportMetric(cpuSeconds(op.Pid())-cpuBefore[op.Name], "operator-CPU-s")
+		settled := e.waitSettled(b, op)
+		// The namespace's runner ServiceAccount and RoleBinding are shared
+		// by its VMs: counted apart.
+		var perVM, perNamespace int
+		for kind, n := range op.writesByKind(b) {
+			if kind == "ServiceAccount" || kind == "RoleBinding" {
+				perNamespace += n
+			} else {
+				perVM += n
+			}
+		}
+		writes := float64(perVM) / vms
+
+		time.Sleep(2*resync + 2*time.Second)
+		resyncWrites := op.writes(b) - settled
+
+		toScaled, toRunning := stateChangeLatency(b, e, ns, changes)
+		stopSampling()
+		b.ReportMetric(elapsed.Seconds(), "s/1000VMs")
+		b.ReportMetric(writes, "writes/VM")
+		b.ReportMetric(float64(perNamespace), "writes/namespace")
+		b.ReportMetric(float64(resyncWrites), "resync-writes")
+		b.ReportMetric(float64(peakRSS.Load())/(1<<20), "peak-RSS-MiB")
+		b.ReportMetric(ms(percentile(toScaled, 50)), "ms-p50-to-scaled")
+		b.ReportMetric(ms(percentile(toScaled, 99)), "ms-p99-to-scaled")
+		b.ReportMetric(ms(percentile(toRunning, 50)), "ms-p50-to-Running")
+		b.ReportMetric(ms(percentile(toRunning, 99)), "ms-p99-to-Running")
+		if writes > 4 {
+			b.Errorf("%.2f writes per VM, want at most 4", writes)
+		}
+		if resyncWrites != 0 {
+			b.Errorf("%d writes during resyncs of an unchanged cluster, want 0", resyncWrites)
+		}
+	}
+}
+
+// createAll creates n VMs from 16 clients at once.
+func createAll(b *testing.B, e *env, ns string, n int) {
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range 16 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				e.createVM(ns, fmt.Sprintf(scaleVM, fmt.Sprintf("vm-%04d", i)))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// waitReconciled waits until n VMs have a StatefulSet, a ConfigMap and a
+// status for their generation. It counts from
+// watches: listing a thousand objects again and again would load the API
+// server that it measures.
+func waitReconciled(b *testing.B, e *env, ns string, n int) {
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		seen = map[string]map[string]bool{} // what -> names
+	)
+	follow := func(what string, w watch.Interface, err error, ok func(runtime.Object) bool) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		seen[what] = map[string]bool{}
+		go func() {
+			defer w.Stop()
+			for ev := range w.ResultChan() {
+				m, err := meta.Accessor(ev.Object)
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				seen[what][m.GetName()] = ev.Type != watch.Deleted && ok(ev.Object)
+				mu.Unlock()
+			}
+		}()
+	}
+	all := func(runtime.Object) bool { return true }
+	w, err := e.vms(ns).Watch(ctx, metav1.ListOptions{})
+	follow("VMs with a status", w, err, func(o runtime.Object) bool {
+		u := o.(*unstructured.Unstructured)
+		st := status(u)
+		return st.ObservedGeneration == u.GetGeneration() && condition(st, controller.ConditionRunning).Type != ""
+	})
+	w, err = e.kube.AppsV1().StatefulSets(ns).Watch(ctx, metav1.ListOptions{})
+	follow("StatefulSets", w, err, all)
+	w, err = e.kube.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{LabelSelector: render.LabelName + "=" + render.NameRunner})
+	follow("ConfigMaps", w, err, all)
+	eventually(b, 5*time.Minute, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		for what, names := range seen {
+			done := 0
+			for _, ok := range names {
+				if ok {
+					done++
+				}
+			}
+			if done < n {
+				return fmt.Sprintf("%d of %d %s", done, n, what)
+			}
+		}
+		return ""
+	})
+}
+
+// stateChangeLatency starts n of the VMs one after another and returns,
+// per VM, the time from the patch to its StatefulSet having 1 replica and
+// to its status saying Running.
+func stateChangeLatency(b *testing.B, e *env, ns string, n int) (toScaled, toRunning []time.Duration) {
+	ctx := b.Context()
+	var (
+		mu      sync.Mutex
+		patched = map[string]time.Time{}
+		scaled  = map[string]time.Duration{}
+		running = map[string]time.Duration{}
+	)
+	stsWatch, err := e.kube.AppsV1().StatefulSets(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stsWatch.Stop()
+	vmWatch, err := e.vms(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer vmWatch.Stop()
+	record := func(w watch.Interface, into map[string]time.Duration, done func(watch.Event) (string, bool)) {
+		for ev := range w.ResultChan() {
+			name, ok := done(ev)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			if t0, ok := patched[name]; ok {
+				if _, seen := into[name]; !seen {
+					into[name] = time.Since(t0)
+				}
+			}
+			mu.Unlock()
+		}
+	}
+	go record(stsWatch, scaled, func(ev watch.Event) (string, bool) {
+		s, ok := ev.Object.(*appsv1.StatefulSet)
+		if !ok {
+			return "", false
+		}
+		return s.Name, s.Spec.Replicas != nil && *s.Spec.Replicas == 1
+	})
+	go record(vmWatch, running, func(ev watch.Event) (string, bool) {
+		u, ok := ev.Object.(*unstructured.Unstructured)
+		if !ok {
+			return "", false
+		}
+		return u.GetName(), condition(status(u), controller.ConditionRunning).Status == metav1.ConditionTrue
+	})
+	for i := range n {
+		name := fmt.Sprintf("vm-%04d", i)
+		mu.Lock()
+		patched[name] = time.Now()
+		mu.Unlock()
+		if _, err := e.vms(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"vm":{"state":"Running"}}}`), metav1.PatchOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	eventually(b, 2*time.Minute, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(scaled) < n || len(running) < n {
+			return fmt.Sprintf("%d scaled, %d running of %d", len(scaled), len(running), n)
+		}
+		return ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range scaled {
+		toScaled = append(toScaled, d)
+	}
+	for _, d := range running {
+		toRunning = append(toRunning, d)
+	}
+	return toScaled, toRunning
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// sampleRSS records the peak resident memory of process pid until the
+// returned function is called.
+func sampleRSS(pid int, peak *atomic.Int64) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if rss := readRSS(pid); rss > peak.Load() {
+				peak.Store(rss)
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// cpuSeconds is the CPU time process pid used so far.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces): state is field 3,
+	// utime and stime are fields 14 and 15, in clock ticks (100 per s).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
+}
+
+// readRSS reads VmRSS from /proc, in bytes; 0 if the process is gone.
+func readRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
