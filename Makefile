@@ -36,9 +36,11 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
-## Benchmarks on one core, as a table.
-bench:
+## Benchmarks on one core, as a table; then the operator's scale benchmark
+## (1,000 VMs on the end-to-end test cluster, one round).
+bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./pkg/... | hack/bench-table.sh
+	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -run '^$$' -bench Scale -benchtime 1x ./test/e2e | hack/bench-table.sh
 
 ## Each fuzz target for FUZZTIME.
 fuzz:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: etcd, qemu, OVMF,
 # swtpm, ISO tools and a kernel + busybox for a test guest from Debian,
-# and kube-apiserver built from the module proxy (cached after the first
+# and kube-apiserver, kube-controller-manager and kwok built from the module
+# proxy (cached after the first
 # run). Safe to run again: it skips what is already there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,4 +25,4 @@ if command -v systemctl >/dev/null && systemctl is-active -q etcd 2>/dev/null; t
 	systemctl stop etcd || true
 fi
 
-"$here/build-control-plane.sh" >/dev/null
+"$here/build-control-plane.sh" all >/dev/null
