@@ -2,8 +2,8 @@
 # Installs what the tests need on a fresh Debian machine: etcd, qemu, OVMF,
 # swtpm, ISO tools and a kernel + busybox for a test guest from Debian,
 # and kube-apiserver, kube-controller-manager and kwok built from the module
-# proxy (cached after the first
-# run). Safe to run again: it skips what is already there.
+# proxy (cached after the first run). Safe to run again: it skips what is
+# already there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 

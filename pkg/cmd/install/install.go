@@ -85,17 +85,32 @@ contacted.`,
 
 // Complete takes the namespace from the root's flags.
 func (o *Options) Complete() error {
-	o.Namespace = install.DefaultNamespace
-	if o.configFlags != nil && o.configFlags.Namespace != nil && *o.configFlags.Namespace != "" {
-		o.Namespace = *o.configFlags.Namespace
+	o.Namespace = Namespace(o.configFlags)
+	return nil
+}
+
+// Namespace is the operator's namespace: the root's -n flag as given, not
+// the kubeconfig context's (that is where the user works, not where the
+// operator lives), else install.DefaultNamespace. Uninstall uses it too.
+func Namespace(configFlags *genericclioptions.ConfigFlags) string {
+	if configFlags != nil && configFlags.Namespace != nil && *configFlags.Namespace != "" {
+		return *configFlags.Namespace
+	}
+	return install.DefaultNamespace
+}
+
+// ValidateNamespace checks the namespace flag; uninstall uses it too.
+func ValidateNamespace(ns string) error {
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return fmt.Errorf("--namespace %q: %s", ns, strings.Join(msgs, "; "))
 	}
 	return nil
 }
 
 // Validate checks the flags.
 func (o *Options) Validate() error {
-	if msgs := validation.IsDNS1123Label(o.Namespace); len(msgs) > 0 {
-		return fmt.Errorf("--namespace %q: %s", o.Namespace, strings.Join(msgs, "; "))
+	if err := ValidateNamespace(o.Namespace); err != nil {
+		return err
 	}
 	if o.Image == "" {
 		return errors.New("--image must not be empty")

@@ -7,14 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	cmdinstall "github.com/vmop/vmop/pkg/cmd/install"
 	"github.com/vmop/vmop/pkg/install"
 )
 
@@ -71,19 +70,16 @@ that holds any is kept.`,
 	return cmd
 }
 
-// Complete takes the namespace from the root's flags.
+// Complete takes the namespace from the root's flags, as install does.
 func (o *Options) Complete() error {
-	o.Namespace = install.DefaultNamespace
-	if o.configFlags != nil && o.configFlags.Namespace != nil && *o.configFlags.Namespace != "" {
-		o.Namespace = *o.configFlags.Namespace
-	}
+	o.Namespace = cmdinstall.Namespace(o.configFlags)
 	return nil
 }
 
 // Validate checks the flags.
 func (o *Options) Validate() error {
-	if msgs := validation.IsDNS1123Label(o.Namespace); len(msgs) > 0 {
-		return fmt.Errorf("--namespace %q: %s", o.Namespace, strings.Join(msgs, "; "))
+	if err := cmdinstall.ValidateNamespace(o.Namespace); err != nil {
+		return err
 	}
 	if o.DeleteCRD && !o.Yes {
 		return errors.New("--delete-crd deletes every VirtualMachine in the cluster and, by owner references, their StatefulSets: add --yes to confirm")
