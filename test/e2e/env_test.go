@@ -145,17 +145,18 @@ func (e *env) serviceAccountKubeconfig(ns, sa string) string {
 // operator is a running vm-operator process.
 type operator struct {
 	*testcluster.Process
-	metrics string // base URL of /metrics
+	metrics string // URL of /metrics
+	health  string // base URL of /healthz and /readyz
 }
 
 // startOperator runs vm-operator with short leader-election timings.
 func (e *env) startOperator(name string, args ...string) *operator {
 	t := e.t
-	port := freePort(t)
+	port, healthPort := freePort(t), freePort(t)
 	all := append([]string{
 		"--kubeconfig=" + e.kubeconfig,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(port),
-		"--health-probe-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(healthPort),
 		"--leader-election-namespace=" + install.DefaultNamespace,
 		"--leader-elect-lease-duration=4s",
 		"--leader-elect-renew-deadline=3s",
@@ -169,7 +170,11 @@ func (e *env) startOperator(name string, args ...string) *operator {
 			t.Logf("%s log, last lines:\n%s", name, p.LogTail(60))
 		}
 	})
-	return &operator{Process: p, metrics: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"}
+	return &operator{
+		Process: p,
+		metrics: "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics",
+		health:  "http://127.0.0.1:" + strconv.Itoa(healthPort),
+	}
 }
 
 // terminate sends SIGTERM, as the kubelet does, and waits for the exit.
@@ -181,6 +186,16 @@ func (o *operator) terminate(t testing.TB) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s did not stop within 30 s of SIGTERM", o.Name)
 	}
+}
+
+// probe returns the HTTP status of /healthz or /readyz, 0 if unreachable.
+func (o *operator) probe(path string) int {
+	resp, err := http.Get(o.health + path)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // logContains tells whether the operator logged s.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,6 +69,12 @@ func TestOperator(t *testing.T) {
 			return ""
 		}
 		return "the operator did not take the lease"
+	})
+	eventually(t, 30*time.Second, func() string {
+		if op.probe("/healthz") == http.StatusOK && op.probe("/readyz") == http.StatusOK {
+			return ""
+		}
+		return fmt.Sprintf("healthz %d, readyz %d", op.probe("/healthz"), op.probe("/readyz"))
 	})
 
 	t.Run("each example creates exactly its rendered objects", func(t *testing.T) {
@@ -240,6 +247,7 @@ func TestOperator(t *testing.T) {
 			return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
 		})
 		require.Equal(t, 0, standby.writes(t), "the standby wrote")
+		require.Equal(t, http.StatusOK, standby.probe("/readyz"), "a standby is ready (to take over)")
 		require.False(t, standby.logContains("Became the leader"))
 
 		op.terminate(t)

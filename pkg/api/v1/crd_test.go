@@ -64,7 +64,9 @@ func TestCRDNamesAndColumns(t *testing.T) {
 	require.NotNil(t, v.Subresources.Status)
 	require.Nil(t, v.Subresources.Scale)
 	require.Equal(t, []apiextensionsv1.CustomResourceColumnDefinition{
-		{Name: "State", Type: "string", JSONPath: ".spec.vm.state"},
+		{Name: "State", Type: "string", Description: "The desired state.", JSONPath: ".spec.vm.state"},
+		{Name: "Status", Type: "string", Description: "What the VM does (the Running condition's reason, written by vm-operator).",
+			JSONPath: `.status.conditions[?(@.type=="Running")].reason`},
 		{Name: "CPUs", Type: "integer", JSONPath: ".status.cpus"},
 		{Name: "RAM", Type: "string", JSONPath: ".status.ram"},
 		{Name: "Node", Type: "string", JSONPath: ".status.node"},
