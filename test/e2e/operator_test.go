@@ -103,6 +103,11 @@ func TestOperator(t *testing.T) {
 			return condition(st, controller.ConditionReady).Status == metav1.ConditionTrue
 		})
 		e.requireRendered(t, e.getVM(ns, "vm1"), nil)
+		out, err := e.c.Kubectl(t.Context(), "get", "vms", "-n", ns).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		// CPUS and RAM are empty: no runner reports them under kwok.
+		require.Equal(t, []string{"vm1", "Running", "Running", node}, strings.Fields(strings.Split(string(out), "\n")[1])[:4],
+			"kubectl get vms:\n%s", out)
 		secret, err := e.kube.CoreV1().Secrets(ns).Get(t.Context(), "vm1-display-secret", metav1.GetOptions{})
 		require.NoError(t, err)
 		require.Len(t, secret.Data["display-password"], 32, "a random password")
