@@ -7,12 +7,18 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/vmop/vmop/pkg/operator"
 )
 
 func main() {
+	// The informer caches are most of the heap and change slowly: collect
+	// at half the default growth, for a smaller RSS at little CPU cost.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
 	// SIGTERM ends the work gracefully: reconciles in progress finish and
 	// the Lease is released for a standby replica.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
