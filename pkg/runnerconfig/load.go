@@ -47,13 +47,8 @@ func Load(path string) (*Config, error) {
 
 // Parse decodes, defaults and validates a config.
 func Parse(data []byte) (*Config, error) {
-	js, err := manifest.YAMLToJSON(data)
+	f, err := Decode(data)
 	if err != nil {
-		return nil, err
-	}
-	var f File
-	dec := json.NewDecoder(bytes.NewReader(js))
-	if err := dec.Decode(&f); err != nil {
 		return nil, err
 	}
 	c := &f.Runner
@@ -63,6 +58,22 @@ func Parse(data []byte) (*Config, error) {
 	}
 	return c, nil
 }
+
+// Decode only decodes a config file, for a tool that edits it and writes
+// it back without the defaults.
+func Decode(data []byte) (*File, error) {
+	js, err := manifest.YAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	var f File
+	dec := json.NewDecoder(bytes.NewReader(js))
+	if err := dec.Decode(&f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
 
 // Size is a number of bytes, written as a number or as a string: a
 // Kubernetes quantity ("4Gi", "1G") or the "4 GiB" form of VM-Operator's

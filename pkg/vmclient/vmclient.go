@@ -1,0 +1,252 @@
+// Package vmclient finds a VM in a cluster and changes it, in either mode
+// of DESIGN.md: with the operator, a VM is a VirtualMachine and commands
+// patch it; without (GitOps mode), a VM is only the StatefulSet and
+// ConfigMap that kubectl vm render made, and commands change those, which
+// the next sync from Git undoes. The plugin's cluster commands share it.
+package vmclient
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/version"
+)
+
+// FieldManager names the plugin's changes in managed fields.
+const FieldManager = "kubectl-vm"
+
+// Mode is how a VM is run.
+type Mode string
+
+const (
+	// ModeOperator: a VirtualMachine exists; the operator renders it.
+	ModeOperator Mode = "operator"
+	// ModeGitOps: only rendered objects exist; Git is their source.
+	ModeGitOps Mode = "gitops"
+)
+
+// GitOpsWarning is printed after a change in GitOps mode.
+const GitOpsWarning = "warning: %s/%s has no VirtualMachine (GitOps mode): changed its rendered objects; the next sync from Git undoes this"
+
+// Client reaches the cluster of the kubectl flags.
+type Client struct {
+	Kube      kubernetes.Interface
+	Dynamic   dynamic.Interface
+	Namespace string
+	// Host is the API server's URL, for messages.
+	Host string
+}
+
+// New makes a Client from the kubectl flags (-n, --context, --kubeconfig).
+func New(flags *genericclioptions.ConfigFlags) (*Client, error) {
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "kubectl-vm/" + version.Get()
+	ns, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Kube: kube, Dynamic: dyn, Namespace: ns, Host: cfg.Host}, nil
+}
+
+// VM is one VM as found in the cluster.
+type VM struct {
+	Namespace, Name string
+	Mode            Mode
+	// Object is the VirtualMachine (operator mode), VM its decoding.
+	Object *unstructured.Unstructured
+	VM     *v1.VirtualMachine
+	// StatefulSet runs the VM; nil before the operator rendered it.
+	StatefulSet *appsv1.StatefulSet
+}
+
+// VMs is the VirtualMachine resource in a namespace.
+func (c *Client) VMs(ns string) dynamic.ResourceInterface {
+	return c.Dynamic.Resource(v1.GroupVersionResource).Namespace(ns)
+}
+
+// Get finds the VM name in the client's namespace.
+func (c *Client) Get(ctx context.Context, name string) (*VM, error) {
+	vm := &VM{Namespace: c.Namespace, Name: name}
+	obj, err := c.VMs(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		vm.Mode, vm.Object = ModeOperator, obj
+		b, err := obj.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		if vm.VM, err = v1.DecodeJSON(b); err != nil {
+			return nil, fmt.Errorf("virtualmachine %s/%s: %w", c.Namespace, name, err)
+		}
+	case apierrors.IsNotFound(err):
+		// No such VM, or no CRD at all: look for rendered objects.
+		vm.Mode = ModeGitOps
+	default:
+		return nil, c.Explain(err)
+	}
+	sts, err := c.Kube.AppsV1().StatefulSets(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil && sts.Labels[render.LabelName] == render.NameRunner:
+		vm.StatefulSet = sts
+	case err == nil || apierrors.IsNotFound(err):
+		if vm.Mode == ModeGitOps {
+			return nil, fmt.Errorf("virtual machine %q not found in namespace %q: no VirtualMachine and no StatefulSet rendered by kubectl vm", name, c.Namespace)
+		}
+	default:
+		return nil, c.Explain(err)
+	}
+	return vm, nil
+}
+
+// Explain turns a request error into one line a person can act on.
+func (c *Client) Explain(err error) error {
+	var ue *url.Error
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsForbidden(err):
+		// The server's message names the user, verb and resource.
+		return fmt.Errorf("%w; ask a cluster administrator for that right", err)
+	case errors.As(err, &ue) || errors.As(err, &ne):
+		return fmt.Errorf("cannot reach the cluster at %s: %w", c.Host, err)
+	}
+	return err
+}
+
+// PatchSpec merge-patches the VirtualMachine's spec.vm (operator mode).
+func (c *Client) PatchSpec(ctx context.Context, vm *VM, specVM map[string]any) error {
+	body, err := json.Marshal(map[string]any{"spec": map[string]any{"vm": specVM}})
+	if err != nil {
+		return err
+	}
+	_, err = c.VMs(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
+	return c.Explain(err)
+}
+
+// Scale sets the StatefulSet's replicas (GitOps mode).
+func (c *Client) Scale(ctx context.Context, vm *VM, replicas int32) error {
+	body := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
+	_, err := c.Kube.AppsV1().StatefulSets(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager}, "scale")
+	return c.Explain(err)
+}
+
+// UpdateConfig changes the runner config in the VM's ConfigMap (GitOps
+// mode); the runner applies it live. A concurrent change makes it fail
+// rather than be overwritten.
+func (c *Client) UpdateConfig(ctx context.Context, vm *VM, change func(*runnerconfig.Config) error) error {
+	cm, err := c.Kube.CoreV1().ConfigMaps(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
+	if err != nil {
+		return c.Explain(err)
+	}
+	f, err := runnerconfig.Decode([]byte(cm.Data[runnerconfig.ConfigFile]))
+	if err != nil {
+		return fmt.Errorf("configmap %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	if err := change(&f.Runner); err != nil {
+		return err
+	}
+	data, err := manifest.ObjectToYAML(f)
+	if err != nil {
+		return err
+	}
+	// Written without the runner's defaults, checked as the runner will.
+	if _, err := runnerconfig.Parse(data); err != nil {
+		return fmt.Errorf("configmap %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	cm.Data[runnerconfig.ConfigFile] = string(data)
+	_, err = c.Kube.CoreV1().ConfigMaps(vm.Namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: FieldManager})
+	return c.Explain(err)
+}
+
+// Pod returns the VM's pod, nil when there is none.
+func (c *Client) Pod(ctx context.Context, vm *VM) (*corev1.Pod, error) {
+	pod, err := c.Kube.CoreV1().Pods(vm.Namespace).Get(ctx, vm.Name+"-0", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return pod, c.Explain(err)
+}
+
+// List returns the VMs of the client's namespace, or of all namespaces:
+// every VirtualMachine, and every StatefulSet rendered by kubectl vm that
+// has no VirtualMachine (GitOps mode), sorted by namespace and name. A
+// cluster without the CRD has only the latter.
+func (c *Client) List(ctx context.Context, allNamespaces bool) ([]*VM, error) {
+	ns := c.Namespace
+	if allNamespaces {
+		ns = metav1.NamespaceAll
+	}
+	byKey := map[string]*VM{}
+	objs, err := c.Dynamic.Resource(v1.GroupVersionResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, c.Explain(err)
+	}
+	if err == nil {
+		for i := range objs.Items {
+			o := &objs.Items[i]
+			b, err := o.MarshalJSON()
+			if err != nil {
+				return nil, err
+			}
+			decoded, err := v1.DecodeJSON(b)
+			if err != nil {
+				return nil, fmt.Errorf("virtualmachine %s/%s: %w", o.GetNamespace(), o.GetName(), err)
+			}
+			byKey[o.GetNamespace()+"/"+o.GetName()] = &VM{Namespace: o.GetNamespace(), Name: o.GetName(), Mode: ModeOperator, Object: o, VM: decoded}
+		}
+	}
+	stss, err := c.Kube.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelName + "=" + render.NameRunner})
+	if err != nil {
+		return nil, c.Explain(err)
+	}
+	for i := range stss.Items {
+		s := &stss.Items[i]
+		key := s.Namespace + "/" + s.Name
+		if vm, ok := byKey[key]; ok {
+			vm.StatefulSet = s
+			continue
+		}
+		byKey[key] = &VM{Namespace: s.Namespace, Name: s.Name, Mode: ModeGitOps, StatefulSet: s}
+	}
+	out := make([]*VM, 0, len(byKey))
+	for _, vm := range byKey {
+		out = append(out, vm)
+	}
+	slices.SortFunc(out, func(a, b *VM) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}
