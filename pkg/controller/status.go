@@ -23,34 +23,6 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 )
 
-// Condition types the operator owns. The runner owns its own fields
-// (cpus, ram, consoleClient, displayPasswordSerial, the Booted condition);
-// server-side apply keeps both apart.
-const (
-	ConditionRunning         = "Running"
-	ConditionReady           = "Ready"
-	ConditionRestartRequired = "RestartRequired"
-	ConditionFailed          = "Failed"
-)
-
-// Reasons of the operator's conditions. The Running condition's reason is
-// the VM's phase, short enough for a table column.
-const (
-	ReasonRunning         = "Running"
-	ReasonStarting        = "Starting"
-	ReasonStopping        = "Stopping"
-	ReasonStopped         = "Stopped"
-	ReasonPodReady        = "PodReady"
-	ReasonPodNotReady     = "PodNotReady"
-	ReasonRestartPending  = "SpecChanged"
-	ReasonUpToDate        = "UpToDate"
-	ReasonInvalidSpec     = "InvalidSpec"
-	ReasonPodCreateFailed = "PodCreateFailed"
-	ReasonCrashLoop       = "RunnerCrashLoop"
-	ReasonUnschedulable   = "Unschedulable"
-	ReasonNoFailure       = "NoFailure"
-)
-
 // pendingRecheck is how soon a VM that waits for its pod is looked at
 // again, to notice a pod that cannot be created (no event tells).
 const pendingRecheck = 10 * time.Second
@@ -83,36 +55,36 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 	st := opStatus{ObservedGeneration: vm.Generation}
 	var requeue time.Duration
 
-	running := cond(ConditionRunning, false, ReasonStopped, "The VM is stopped.")
-	ready := cond(ConditionReady, false, ReasonPodNotReady, "The VM has no pod.")
-	restart := cond(ConditionRestartRequired, false, ReasonUpToDate, "The VM runs with its current spec.")
-	failed := cond(ConditionFailed, false, ReasonNoFailure, "")
+	running := cond(v1.ConditionRunning, false, v1.ReasonStopped, "The VM is stopped.")
+	ready := cond(v1.ConditionReady, false, v1.ReasonPodNotReady, "The VM has no pod.")
+	restart := cond(v1.ConditionRestartRequired, false, v1.ReasonUpToDate, "The VM runs with its current spec.")
+	failed := cond(v1.ConditionFailed, false, v1.ReasonNoFailure, "")
 	if pod != nil {
 		st.Node = pod.Spec.NodeName
 		switch {
 		case pod.DeletionTimestamp != nil:
-			running = cond(ConditionRunning, pod.Status.Phase == corev1.PodRunning, ReasonStopping, "The guest is shutting down.")
+			running = cond(v1.ConditionRunning, pod.Status.Phase == corev1.PodRunning, v1.ReasonStopping, "The guest is shutting down.")
 		case pod.Status.Phase == corev1.PodRunning:
-			running = cond(ConditionRunning, true, ReasonRunning, "The runner pod runs on "+pod.Spec.NodeName+".")
+			running = cond(v1.ConditionRunning, true, v1.ReasonRunning, "The runner pod runs on "+pod.Spec.NodeName+".")
 		case !want:
-			running = cond(ConditionRunning, false, ReasonStopping, "The pod is ending.")
+			running = cond(v1.ConditionRunning, false, v1.ReasonStopping, "The pod is ending.")
 		default:
-			running = cond(ConditionRunning, false, ReasonStarting, "The runner pod is "+strings.ToLower(string(pod.Status.Phase))+".")
+			running = cond(v1.ConditionRunning, false, v1.ReasonStarting, "The runner pod is "+strings.ToLower(string(pod.Status.Phase))+".")
 		}
 		if podReady(pod) {
-			ready = cond(ConditionReady, true, ReasonPodReady, "The runner reports the VM ready.")
+			ready = cond(v1.ConditionReady, true, v1.ReasonPodReady, "The runner reports the VM ready.")
 		} else {
 			ready.Message = "The runner pod is not ready."
 		}
 		if have, wantHash := pod.Annotations[render.AnnotationRestartHash], objs.StatefulSet.Spec.Template.Annotations[render.AnnotationRestartHash]; have != wantHash {
-			restart = cond(ConditionRestartRequired, true, ReasonRestartPending,
+			restart = cond(v1.ConditionRestartRequired, true, v1.ReasonRestartPending,
 				"The spec changed in a way that applies only when the VM starts (e.g. maximumRam, disks, firmware); stop and start the VM to apply it.")
 		}
 		if f, ok := podFailure(pod); ok {
 			failed = f
 		}
 	} else if want {
-		running = cond(ConditionRunning, false, ReasonStarting, "Waiting for the runner pod.")
+		running = cond(v1.ConditionRunning, false, v1.ReasonStarting, "Waiting for the runner pod.")
 		requeue = pendingRecheck
 		if sts != nil {
 			f, ok, err := c.createFailure(ctx, sts)
@@ -163,11 +135,11 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 				msg += ": " + m
 			}
 		}
-		return cond(ConditionFailed, true, ReasonCrashLoop, msg+"."), true
+		return cond(v1.ConditionFailed, true, v1.ReasonCrashLoop, msg+"."), true
 	}
 	for _, pc := range pod.Status.Conditions {
 		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {
-			return cond(ConditionFailed, true, ReasonUnschedulable, pc.Message), true
+			return cond(v1.ConditionFailed, true, v1.ReasonUnschedulable, pc.Message), true
 		}
 	}
 	return metav1.Condition{}, false
@@ -191,7 +163,7 @@ func (c *Controller) createFailure(ctx context.Context, sts *appsv1.StatefulSet)
 	if latest == nil {
 		return metav1.Condition{}, false, nil
 	}
-	return cond(ConditionFailed, true, ReasonPodCreateFailed, latest.Message), true, nil
+	return cond(v1.ConditionFailed, true, v1.ReasonPodCreateFailed, latest.Message), true, nil
 }
 
 func eventTime(e *corev1.Event) time.Time {
@@ -207,7 +179,7 @@ func eventTime(e *corev1.Event) time.Time {
 
 // invalidStatus is the status of a VM whose spec cannot be rendered.
 func invalidStatus(u *unstructured.Unstructured, err error) opStatus {
-	f := cond(ConditionFailed, true, ReasonInvalidSpec, err.Error())
+	f := cond(v1.ConditionFailed, true, v1.ReasonInvalidSpec, err.Error())
 	f.ObservedGeneration = u.GetGeneration()
 	return opStatus{ObservedGeneration: u.GetGeneration(), Conditions: []metav1.Condition{f}}
 }
@@ -272,7 +244,7 @@ func currentStatus(u *unstructured.Unstructured) (opStatus, error) {
 	}
 	st.ObservedGeneration, st.Node = full.ObservedGeneration, full.Node
 	for _, cd := range full.Conditions {
-		if slices.Contains([]string{ConditionRunning, ConditionReady, ConditionRestartRequired, ConditionFailed}, cd.Type) {
+		if slices.Contains([]string{v1.ConditionRunning, v1.ConditionReady, v1.ConditionRestartRequired, v1.ConditionFailed}, cd.Type) {
 			st.Conditions = append(st.Conditions, cd)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
 )
 
@@ -26,7 +27,7 @@ func TestPodFailure(t *testing.T) {
 	}}}}
 	c, ok := podFailure(crashing)
 	require.True(t, ok)
-	require.Equal(t, ReasonCrashLoop, c.Reason)
+	require.Equal(t, v1.ReasonCrashLoop, c.Reason)
 	require.Equal(t, "The runner failed 5 times; last exit code 2: config: /Runner.vm.maximumRam: invalid size.", c.Message)
 
 	unschedulable := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
@@ -35,7 +36,7 @@ func TestPodFailure(t *testing.T) {
 	}}}}
 	c, ok = podFailure(unschedulable)
 	require.True(t, ok)
-	require.Equal(t, ReasonUnschedulable, c.Reason)
+	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
 	require.Contains(t, c.Message, "Insufficient memory")
 
 	starting := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
@@ -48,12 +49,12 @@ func TestPodFailure(t *testing.T) {
 
 func TestStatusComparisonIgnoresTimesAndOrder(t *testing.T) {
 	a := opStatus{ObservedGeneration: 2, Node: "n", Conditions: []metav1.Condition{
-		{Type: ConditionRunning, Status: metav1.ConditionTrue, Reason: ReasonRunning, LastTransitionTime: metav1.NewTime(time.Unix(1, 0))},
-		{Type: ConditionFailed, Status: metav1.ConditionFalse, Reason: ReasonNoFailure},
+		{Type: v1.ConditionRunning, Status: metav1.ConditionTrue, Reason: v1.ReasonRunning, LastTransitionTime: metav1.NewTime(time.Unix(1, 0))},
+		{Type: v1.ConditionFailed, Status: metav1.ConditionFalse, Reason: v1.ReasonNoFailure},
 	}}
 	b := opStatus{ObservedGeneration: 2, Node: "n", Conditions: []metav1.Condition{
-		{Type: ConditionFailed, Status: metav1.ConditionFalse, Reason: ReasonNoFailure, LastTransitionTime: metav1.NewTime(time.Unix(5, 0))},
-		{Type: ConditionRunning, Status: metav1.ConditionTrue, Reason: ReasonRunning},
+		{Type: v1.ConditionFailed, Status: metav1.ConditionFalse, Reason: v1.ReasonNoFailure, LastTransitionTime: metav1.NewTime(time.Unix(5, 0))},
+		{Type: v1.ConditionRunning, Status: metav1.ConditionTrue, Reason: v1.ReasonRunning},
 	}}
 	require.True(t, same(a, b))
 	b.Conditions[1].Message = "other"

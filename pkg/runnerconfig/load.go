@@ -74,7 +74,6 @@ func Decode(data []byte) (*File, error) {
 	return &f, nil
 }
 
-
 // Size is a number of bytes, written as a number or as a string: a
 // Kubernetes quantity ("4Gi", "1G") or the "4 GiB" form of VM-Operator's
 // runner. A value that does not parse is kept for Validate, which names

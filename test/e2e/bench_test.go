@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/vmop/vmop/pkg/controller"
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
 )
 
@@ -165,7 +165,7 @@ func waitReconciled(b *testing.B, e *env, ns string, n int) {
 	follow("VMs with a status", w, err, func(o runtime.Object) bool {
 		u := o.(*unstructured.Unstructured)
 		st := status(u)
-		return st.ObservedGeneration == u.GetGeneration() && condition(st, controller.ConditionRunning).Type != ""
+		return st.ObservedGeneration == u.GetGeneration() && condition(st, v1.ConditionRunning).Type != ""
 	})
 	w, err = e.kube.AppsV1().StatefulSets(ns).Watch(ctx, metav1.ListOptions{})
 	follow("StatefulSets", w, err, all)
@@ -237,7 +237,7 @@ func stateChangeLatency(b *testing.B, e *env, ns string, n int) (toScaled, toRun
 		if !ok {
 			return "", false
 		}
-		return u.GetName(), condition(status(u), controller.ConditionRunning).Status == metav1.ConditionTrue
+		return u.GetName(), condition(status(u), v1.ConditionRunning).Status == metav1.ConditionTrue
 	})
 	for i := range n {
 		name := fmt.Sprintf("vm-%04d", i)

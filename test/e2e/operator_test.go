@@ -27,7 +27,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/controller"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
@@ -92,15 +91,15 @@ func TestOperator(t *testing.T) {
 		ns := e.namespace("lifecycle", nil)
 		created := e.createVM(ns, fmt.Sprintf(runningVM, "vm1"))
 		st := e.waitStatus(ns, "vm1", 60*time.Second, "running", func(st v1.VirtualMachineStatus) bool {
-			return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+			return condition(st, v1.ConditionRunning).Status == metav1.ConditionTrue
 		})
 		require.Equal(t, node, st.Node)
 		require.Equal(t, created.GetGeneration(), st.ObservedGeneration)
-		require.Equal(t, controller.ReasonRunning, condition(st, controller.ConditionRunning).Reason)
-		require.Equal(t, metav1.ConditionFalse, condition(st, controller.ConditionRestartRequired).Status)
-		require.Equal(t, metav1.ConditionFalse, condition(st, controller.ConditionFailed).Status)
+		require.Equal(t, v1.ReasonRunning, condition(st, v1.ConditionRunning).Reason)
+		require.Equal(t, metav1.ConditionFalse, condition(st, v1.ConditionRestartRequired).Status)
+		require.Equal(t, metav1.ConditionFalse, condition(st, v1.ConditionFailed).Status)
 		e.waitStatus(ns, "vm1", 30*time.Second, "ready", func(st v1.VirtualMachineStatus) bool {
-			return condition(st, controller.ConditionReady).Status == metav1.ConditionTrue
+			return condition(st, v1.ConditionReady).Status == metav1.ConditionTrue
 		})
 		e.requireRendered(t, e.getVM(ns, "vm1"), nil)
 		out, err := e.c.Kubectl(t.Context(), "get", "vms", "-n", ns).CombinedOutput()
@@ -127,18 +126,18 @@ func TestOperator(t *testing.T) {
 		st = e.waitStatus(ns, "vm1", 30*time.Second, "observed the live changes", func(st v1.VirtualMachineStatus) bool {
 			return st.ObservedGeneration == gen
 		})
-		require.Equal(t, metav1.ConditionFalse, condition(st, controller.ConditionRestartRequired).Status)
+		require.Equal(t, metav1.ConditionFalse, condition(st, v1.ConditionRestartRequired).Status)
 		require.Equal(t, sts.Generation, e.statefulSet(t, ns, "vm1").Generation, "the StatefulSet was not changed")
 		require.Equal(t, pod.UID, e.pod(t, ns, "vm1-0").UID, "the pod was not recreated")
 
 		// maximumRam applies only at the next start.
 		e.patchVM(ns, "vm1", `{"maximumRam":"4Gi"}`)
 		st = e.waitStatus(ns, "vm1", 30*time.Second, "restart required", func(st v1.VirtualMachineStatus) bool {
-			return condition(st, controller.ConditionRestartRequired).Status == metav1.ConditionTrue
+			return condition(st, v1.ConditionRestartRequired).Status == metav1.ConditionTrue
 		})
-		require.Contains(t, condition(st, controller.ConditionRestartRequired).Message, "stop and start")
+		require.Contains(t, condition(st, v1.ConditionRestartRequired).Message, "stop and start")
 		require.Equal(t, pod.UID, e.pod(t, ns, "vm1-0").UID, "the pod was not touched")
-		require.Equal(t, metav1.ConditionTrue, condition(st, controller.ConditionRunning).Status)
+		require.Equal(t, metav1.ConditionTrue, condition(st, v1.ConditionRunning).Status)
 
 		// Stopped: no pod; the restart is no longer pending.
 		e.patchVM(ns, "vm1", `{"state":"Stopped"}`)
@@ -152,10 +151,10 @@ func TestOperator(t *testing.T) {
 			return ""
 		})
 		st = e.waitStatus(ns, "vm1", 30*time.Second, "stopped", func(st v1.VirtualMachineStatus) bool {
-			return condition(st, controller.ConditionRunning).Reason == controller.ReasonStopped
+			return condition(st, v1.ConditionRunning).Reason == v1.ReasonStopped
 		})
 		require.Empty(t, st.Node)
-		require.Equal(t, metav1.ConditionFalse, condition(st, controller.ConditionRestartRequired).Status)
+		require.Equal(t, metav1.ConditionFalse, condition(st, v1.ConditionRestartRequired).Status)
 
 		// Deleted: the garbage collector removes what the VM owned; the
 		// PVCs stay.
@@ -176,12 +175,12 @@ func TestOperator(t *testing.T) {
 		ns := e.namespace("restricted", map[string]string{"pod-security.kubernetes.io/enforce": "baseline"})
 		e.createVM(ns, fmt.Sprintf(runningVM, "vm2"))
 		st := e.waitStatus(ns, "vm2", 60*time.Second, "failed", func(st v1.VirtualMachineStatus) bool {
-			return condition(st, controller.ConditionFailed).Status == metav1.ConditionTrue
+			return condition(st, v1.ConditionFailed).Status == metav1.ConditionTrue
 		})
-		f := condition(st, controller.ConditionFailed)
-		require.Equal(t, controller.ReasonPodCreateFailed, f.Reason)
+		f := condition(st, v1.ConditionFailed)
+		require.Equal(t, v1.ReasonPodCreateFailed, f.Reason)
 		require.Contains(t, f.Message, "privileged")
-		require.Equal(t, controller.ReasonStarting, condition(st, controller.ConditionRunning).Reason)
+		require.Equal(t, v1.ReasonStarting, condition(st, v1.ConditionRunning).Reason)
 	})
 
 	t.Run("a rejected write is retried until it succeeds", func(t *testing.T) {
@@ -198,7 +197,7 @@ func TestOperator(t *testing.T) {
 		require.True(t, apierrors.IsNotFound(err), "the ConfigMap was denied: %v", err)
 		e.allowConfigMaps(t)
 		e.waitStatus(ns, "vm3", 60*time.Second, "running after the retry", func(st v1.VirtualMachineStatus) bool {
-			return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+			return condition(st, v1.ConditionRunning).Status == metav1.ConditionTrue
 		})
 		e.requireRendered(t, e.getVM(ns, "vm3"), nil)
 	})
@@ -223,7 +222,7 @@ func TestOperator(t *testing.T) {
 		op = e.startOperator("vm-operator-2", "--resync=2s")
 		for _, n := range names {
 			e.waitStatus(ns, n, 90*time.Second, "running", func(st v1.VirtualMachineStatus) bool {
-				return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+				return condition(st, v1.ConditionRunning).Status == metav1.ConditionTrue
 			})
 			e.requireRendered(t, e.getVM(ns, n), nil)
 		}
@@ -249,7 +248,7 @@ func TestOperator(t *testing.T) {
 		ns := e.namespace("leader", nil)
 		e.createVM(ns, fmt.Sprintf(runningVM, "l1"))
 		e.waitStatus(ns, "l1", 60*time.Second, "reconciled by the leader", func(st v1.VirtualMachineStatus) bool {
-			return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+			return condition(st, v1.ConditionRunning).Status == metav1.ConditionTrue
 		})
 		require.Equal(t, 0, standby.writes(t), "the standby wrote")
 		require.Equal(t, http.StatusOK, standby.probe("/readyz"), "a standby is ready (to take over)")
@@ -265,7 +264,7 @@ func TestOperator(t *testing.T) {
 		})
 		e.createVM(ns, fmt.Sprintf(runningVM, "l2"))
 		e.waitStatus(ns, "l2", 60*time.Second, "reconciled by the new leader", func(st v1.VirtualMachineStatus) bool {
-			return condition(st, controller.ConditionRunning).Status == metav1.ConditionTrue
+			return condition(st, v1.ConditionRunning).Status == metav1.ConditionTrue
 		})
 		require.Positive(t, standby.writes(t))
 	})
@@ -343,7 +342,7 @@ func (e *env) requireRendered(t *testing.T, u *unstructured.Unstructured, others
 			}
 		}
 		st := status(e.getVM(vm.Namespace, vm.Name))
-		if st.ObservedGeneration != u.GetGeneration() || condition(st, controller.ConditionRunning).Type == "" {
+		if st.ObservedGeneration != u.GetGeneration() || condition(st, v1.ConditionRunning).Type == "" {
 			return fmt.Sprintf("status not written: %+v", st)
 		}
 		return ""

@@ -1,0 +1,29 @@
+package v1
+
+// Condition types of a VirtualMachine's status that vm-operator owns; the
+// runner owns its own fields (cpus, ram, consoleClient,
+// displayPasswordSerial, the Booted condition). The plugin reads them.
+const (
+	ConditionRunning         = "Running"
+	ConditionReady           = "Ready"
+	ConditionRestartRequired = "RestartRequired"
+	ConditionFailed          = "Failed"
+)
+
+// Reasons of vm-operator's conditions. The Running condition's reason is
+// the VM's phase, short enough for a table column.
+const (
+	ReasonRunning         = "Running"
+	ReasonStarting        = "Starting"
+	ReasonStopping        = "Stopping"
+	ReasonStopped         = "Stopped"
+	ReasonPodReady        = "PodReady"
+	ReasonPodNotReady     = "PodNotReady"
+	ReasonRestartPending  = "SpecChanged"
+	ReasonUpToDate        = "UpToDate"
+	ReasonInvalidSpec     = "InvalidSpec"
+	ReasonPodCreateFailed = "PodCreateFailed"
+	ReasonCrashLoop       = "RunnerCrashLoop"
+	ReasonUnschedulable   = "Unschedulable"
+	ReasonNoFailure       = "NoFailure"
+)

@@ -1,0 +1,326 @@
+// Package state is "kubectl vm start", "stop" and "restart": they change
+// whether VMs run (in operator mode by the VirtualMachine's spec.vm.state,
+// in GitOps mode by the StatefulSet's replicas) and can wait until the
+// VMs got there. The three differ only in the action, so they share one
+// Options type.
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/vmclient"
+)
+
+// action is what a command does to each VM.
+type action string
+
+const (
+	actionStart   action = "start"
+	actionStop    action = "stop"
+	actionRestart action = "restart"
+)
+
+// Options are the options of start, stop and restart.
+type Options struct {
+	Names       []string
+	Wait        bool
+	Timeout     time.Duration
+	GracePeriod int64 // stop only, in seconds; -1 keeps powerdownTimeout
+
+	action      action
+	configFlags *genericclioptions.ConfigFlags
+	client      *vmclient.Client
+	// poll is how often --wait looks; tests shorten it.
+	poll time.Duration
+	genericiooptions.IOStreams
+}
+
+// NewStartCmd makes "start".
+func NewStartCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	cmd, _ := newCmd(actionStart, configFlags, streams, &cobra.Command{
+		Use:   "start NAME...",
+		Short: "Start virtual machines",
+		Long: `Start virtual machines: set spec.vm.state to Running, or without a
+VirtualMachine (GitOps mode) scale the VM's StatefulSet to 1, which the next
+sync from Git undoes. Starting a running VM changes nothing.`,
+		Example: fmt.Sprintf(`  # Start a VM and wait until it runs
+  %[1]s start test-vm --wait
+
+  # Start several VMs in another namespace
+  %[1]s start -n lab vm1 vm2`, name),
+	})
+	return cmd
+}
+
+// NewStopCmd makes "stop".
+func NewStopCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	cmd, o := newCmd(actionStop, configFlags, streams, &cobra.Command{
+		Use:   "stop NAME...",
+		Short: "Stop virtual machines (the guest shuts down)",
+		Long: `Stop virtual machines: set spec.vm.state to Stopped, or without a
+VirtualMachine (GitOps mode) scale the VM's StatefulSet to 0. The guest gets
+powerdownTimeout seconds to shut down, or --grace-period seconds for this
+stop only (then qemu is ended). Stopping a stopped VM is not an error.`,
+		Example: fmt.Sprintf(`  # Stop a VM and wait until it is down
+  %[1]s stop test-vm --wait
+
+  # Give the guest only 30 seconds this time
+  %[1]s stop test-vm --grace-period 30`, name),
+	})
+	cmd.Flags().Int64Var(&o.GracePeriod, "grace-period", -1, "seconds the guest gets to shut down, for this stop only (default: the VM's powerdownTimeout)")
+	return cmd
+}
+
+// NewRestartCmd makes "restart".
+func NewRestartCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	cmd, _ := newCmd(actionRestart, configFlags, streams, &cobra.Command{
+		Use:   "restart NAME...",
+		Short: "Restart running virtual machines with their current spec",
+		Long: `Restart running virtual machines: their pod is deleted, so the guest shuts
+down, and the StatefulSet makes a new pod from the current spec, which
+applies the changes that need a restart. It works in both modes and leaves
+the desired state as it is.`,
+		Example: fmt.Sprintf(`  # Apply a changed maximumRam
+  %[1]s restart test-vm --wait`, name),
+	})
+	return cmd
+}
+
+func newCmd(a action, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, cmd *cobra.Command) (*cobra.Command, *Options) {
+	o := &Options{action: a, configFlags: configFlags, IOStreams: streams, poll: time.Second}
+	cmd.Args = cobra.MinimumNArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := o.Complete(args); err != nil {
+			return err
+		}
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		return o.Run(cmd.Context())
+	}
+	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until every VM got there, showing its progress")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 5*time.Minute, "how long --wait waits")
+	return cmd, o
+}
+
+// Complete makes the client.
+func (o *Options) Complete(names []string) error {
+	o.Names = names
+	var err error
+	o.client, err = vmclient.New(o.configFlags)
+	return err
+}
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, not %v", o.Timeout)
+	}
+	if o.GracePeriod < -1 {
+		return fmt.Errorf("--grace-period must be 0 or more seconds, not %d", o.GracePeriod)
+	}
+	return nil
+}
+
+// Run acts on each VM, then waits for all. An error about one VM does not
+// keep the others from being acted on; the first error is returned.
+func (o *Options) Run(ctx context.Context) error {
+	var errs []error
+	var acted []*vmclient.VM
+	for _, name := range o.Names {
+		vm, err := o.act(ctx, name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		acted = append(acted, vm)
+	}
+	if o.Wait {
+		ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		for _, vm := range acted {
+			if err := o.wait(ctx, vm); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Options) act(ctx context.Context, name string) (*vmclient.VM, error) {
+	c := o.client
+	vm, err := c.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	running := isRunning(vm)
+	switch {
+	case o.action == actionRestart:
+		if !running {
+			return nil, fmt.Errorf("%s is not running; use start", name)
+		}
+		// The StatefulSet (OnDelete) makes the pod anew from its template.
+		err = c.Explain(c.Kube.CoreV1().Pods(vm.Namespace).Delete(ctx, name+"-0", metav1.DeleteOptions{}))
+	case o.action == actionStart && vm.Mode == vmclient.ModeOperator:
+		if running {
+			fmt.Fprintf(o.Out, "%s is already running\n", name)
+			return vm, nil
+		}
+		err = c.PatchSpec(ctx, vm, map[string]any{"state": v1.StateRunning})
+	case o.action == actionStop && vm.Mode == vmclient.ModeOperator:
+		if running {
+			err = c.PatchSpec(ctx, vm, map[string]any{"state": v1.StateStopped})
+		}
+	default: // GitOps mode
+		replicas := int32(0)
+		if o.action == actionStart {
+			replicas = 1
+		}
+		if (replicas == 1) == running {
+			fmt.Fprintf(o.Out, "%s is already %s\n", name, stateWord(running))
+			return vm, nil
+		}
+		err = c.Scale(ctx, vm, replicas)
+		if err == nil {
+			fmt.Fprintf(o.ErrOut, vmclient.GitOpsWarning+"\n", vm.Namespace, name)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if o.action == actionStop {
+		if !running {
+			fmt.Fprintf(o.Out, "%s is already stopped\n", name)
+			return vm, nil
+		}
+		if err := o.shortenGrace(ctx, vm); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintf(o.Out, "%s %s\n", name, pastTense[o.action])
+	return vm, nil
+}
+
+var pastTense = map[action]string{actionStart: "started", actionStop: "stopping", actionRestart: "restarting"}
+
+func stateWord(running bool) string {
+	if running {
+		return "running"
+	}
+	return "stopped"
+}
+
+// isRunning tells whether the VM is meant to run.
+func isRunning(vm *vmclient.VM) bool {
+	if vm.Mode == vmclient.ModeOperator {
+		return vm.VM.Spec.VM.State == v1.StateRunning
+	}
+	return vm.StatefulSet.Spec.Replicas != nil && *vm.StatefulSet.Spec.Replicas > 0
+}
+
+// shortenGrace deletes the pod with --grace-period: the kubelet then ends
+// the runner (and qemu with it) after that many seconds. The state was
+// changed first, so the StatefulSet does not make a new pod; a deletion
+// it started already is only shortened.
+func (o *Options) shortenGrace(ctx context.Context, vm *vmclient.VM) error {
+	if o.GracePeriod < 0 {
+		return nil
+	}
+	err := o.client.Kube.CoreV1().Pods(vm.Namespace).Delete(ctx, vm.Name+"-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(o.GracePeriod)})
+	if err != nil && !isNotFound(err) {
+		return o.client.Explain(err)
+	}
+	return nil
+}
+
+// wait polls the VM until it is where the action leads, printing each new
+// phase on a line of its own.
+func (o *Options) wait(ctx context.Context, vm *vmclient.VM) error {
+	var (
+		last    string
+		oldPod  *corev1.Pod
+		started = time.Now()
+	)
+	if o.action == actionRestart {
+		// Wait for a pod other than the one deleted.
+		oldPod, _ = o.client.Pod(ctx, vm)
+	}
+	for {
+		phase, done, err := o.phase(ctx, vm, oldPod)
+		if err != nil {
+			return err
+		}
+		if phase != last {
+			fmt.Fprintf(o.Out, "%s: %s (%s)\n", vm.Name, phase, time.Since(started).Round(time.Second))
+			last = phase
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: still %s after --timeout %v", vm.Name, strings.ToLower(last), o.Timeout)
+		case <-time.After(o.poll):
+		}
+	}
+}
+
+// phase tells where the VM is and whether the action is done: by the
+// operator's Running condition in operator mode, else by the pod.
+func (o *Options) phase(ctx context.Context, vm *vmclient.VM, oldPod *corev1.Pod) (string, bool, error) {
+	wantRunning := o.action != actionStop
+	pod, err := o.client.Pod(ctx, vm)
+	if err != nil {
+		return "", false, err
+	}
+	if oldPod != nil && pod != nil && pod.UID == oldPod.UID {
+		return "Stopping", false, nil
+	}
+	if vm.Mode == vmclient.ModeOperator {
+		cur, err := o.client.Get(ctx, vm.Name)
+		if err != nil {
+			return "", false, err
+		}
+		if st, ok := runningCondition(cur); ok && (oldPod == nil || pod != nil) {
+			done := (st.Status == metav1.ConditionTrue) == wantRunning && st.ObservedGeneration >= cur.Object.GetGeneration()
+			return st.Reason, done, nil
+		}
+	}
+	switch {
+	case pod == nil && wantRunning:
+		return "Starting", false, nil
+	case pod == nil:
+		return "Stopped", true, nil
+	case pod.DeletionTimestamp != nil:
+		return "Stopping", false, nil
+	case pod.Status.Phase == corev1.PodRunning:
+		return "Running", wantRunning, nil
+	default:
+		return "Starting", false, nil
+	}
+}
+
+// runningCondition is the operator's Running condition of the VM.
+func runningCondition(vm *vmclient.VM) (metav1.Condition, bool) {
+	for _, c := range vm.VM.Status.Conditions {
+		if c.Type == v1.ConditionRunning {
+			return c, true
+		}
+	}
+	return metav1.Condition{}, false
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

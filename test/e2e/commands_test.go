@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/cmd/vm"
+	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+// stoppedVM is runningVM, stopped.
+var stoppedVM = strings.Replace(runningVM, "state: Running", "state: Stopped", 1)
+
+// plugin runs "kubectl vm" in this process against the cluster.
+func (e *env) plugin(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	cmd := vm.NewCmd("kubectl vm", genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd.SetArgs(append([]string{"--kubeconfig", e.c.Kubeconfig}, args...))
+	err = cmd.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
+}
+
+// TestCommands runs the plugin's everyday commands in both modes: with
+// the operator (they patch the VirtualMachine) and with rendered objects
+// only (they change the StatefulSet and ConfigMap and warn).
+func TestCommands(t *testing.T) {
+	e := newEnv(t)
+	op := e.startOperator("vm-operator")
+	eventually(t, 30*time.Second, func() string {
+		if op.logContains("Starting workers") {
+			return ""
+		}
+		return "the operator did not start"
+	})
+	ctx := t.Context()
+	run := func(t *testing.T, args ...string) (string, string) {
+		t.Helper()
+		out, errOut, err := e.plugin(ctx, args...)
+		require.NoError(t, err, "kubectl vm %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), out, errOut)
+		return out, errOut
+	}
+	fail := func(t *testing.T, args ...string) string {
+		t.Helper()
+		_, _, err := e.plugin(ctx, args...)
+		require.Error(t, err, "kubectl vm %s", strings.Join(args, " "))
+		return err.Error()
+	}
+
+	t.Run("operator mode", func(t *testing.T) {
+		ns := e.namespace("op-mode", nil)
+		e.createVM(ns, fmt.Sprintf(stoppedVM, "vm1"))
+
+		out, errOut := run(t, "start", "-n", ns, "vm1", "--wait", "--timeout", "60s")
+		require.Contains(t, out, "vm1 started")
+		require.Contains(t, out, "vm1: Running")
+		require.Empty(t, errOut, "no GitOps warning")
+		require.Equal(t, metav1.ConditionTrue, condition(status(e.getVM(ns, "vm1")), v1.ConditionRunning).Status)
+		out, _ = run(t, "start", "-n", ns, "vm1")
+		require.Equal(t, "vm1 is already running\n", out)
+
+		run(t, "set", "-n", ns, "vm1", "--cpus", "3", "--ram", "1536Mi")
+		spec := e.vmSpec(t, ns, "vm1")
+		require.EqualValues(t, 3, *spec.CurrentCPUs)
+		require.Equal(t, v1.Quantity("1536Mi"), spec.CurrentRAM)
+		require.Contains(t, fail(t, "set", "-n", ns, "vm1", "--cpus", "8"), "--cpus 8: more than spec.vm.maximumCpus (4)")
+		require.Contains(t, fail(t, "set", "-n", ns, "vm1", "--ram", "3Gi"), "--ram 3Gi: more than spec.vm.maximumRam (2Gi)")
+		require.Contains(t, fail(t, "set", "-n", ns, "vm1"), "nothing to set")
+
+		run(t, "cdrom", "-n", ns, "vm1", "insert", "installer.iso")
+		require.Equal(t, "installer.iso", e.vmSpec(t, ns, "vm1").Disks[1].CDROM.Image)
+		e.waitConfig(t, ns, "vm1", "installer.iso")
+		run(t, "cdrom", "-n", ns, "vm1", "eject")
+		require.Empty(t, e.vmSpec(t, ns, "vm1").Disks[1].CDROM.Image)
+		require.Contains(t, fail(t, "cdrom", "-n", ns, "vm1", "--drive", "1", "eject"), "vm1 has no CD drive 1 (it has 1")
+		require.Contains(t, fail(t, "cdrom", "-n", ns, "vm1", "open"), `unknown action "open"`)
+
+		run(t, "reset", "-n", ns, "vm1")
+		run(t, "reset", "-n", ns, "vm1")
+		require.Equal(t, "2", e.getVM(ns, "vm1").GetAnnotations()[v1.AnnotationResetCounter])
+		e.waitConfig(t, ns, "vm1", "resetCounter: 2")
+
+		pod := e.pod(t, ns, "vm1-0")
+		out, _ = run(t, "restart", "-n", ns, "vm1", "--wait", "--timeout", "60s")
+		require.Contains(t, out, "vm1: Running")
+		require.NotEqual(t, pod.UID, e.pod(t, ns, "vm1-0").UID, "a new pod")
+
+		out, _ = run(t, "stop", "-n", ns, "vm1", "--wait", "--grace-period", "0", "--timeout", "60s")
+		require.Contains(t, out, "vm1: Stopped")
+		require.Equal(t, v1.ReasonStopped, condition(status(e.getVM(ns, "vm1")), v1.ConditionRunning).Reason)
+		out, _ = run(t, "stop", "-n", ns, "vm1")
+		require.Equal(t, "vm1 is already stopped\n", out, "stopping a stopped VM is no error")
+		require.Contains(t, fail(t, "restart", "-n", ns, "vm1"), "vm1 is not running; use start")
+		require.Contains(t, fail(t, "reset", "-n", ns, "vm1"), "vm1 is not running")
+	})
+
+	t.Run("GitOps mode", func(t *testing.T) {
+		ns := e.namespace("gitops-mode", nil)
+		e.applyRendered(t, ns, fmt.Sprintf(stoppedVM, "g1"))
+
+		out, errOut := run(t, "start", "-n", ns, "g1", "--wait", "--timeout", "60s")
+		require.Contains(t, out, "g1: Running")
+		require.Contains(t, errOut, "has no VirtualMachine (GitOps mode)")
+		require.Contains(t, errOut, "the next sync from Git undoes this")
+		require.EqualValues(t, 1, *e.statefulSet(t, ns, "g1").Spec.Replicas)
+
+		_, errOut = run(t, "set", "-n", ns, "g1", "--cpus", "2", "--ram", "1Gi")
+		require.Contains(t, errOut, "GitOps mode")
+		cfg := e.runnerConfig(t, ns, "g1")
+		require.EqualValues(t, 2, cfg.VM.CurrentCPUs)
+		require.EqualValues(t, 1<<30, cfg.VM.CurrentRAM.Bytes)
+		require.Contains(t, fail(t, "set", "-n", ns, "g1", "--cpus", "5"), "--cpus 5: more than ConfigMap g1: /Runner.vm.maximumCpus (4)")
+
+		run(t, "cdrom", "-n", ns, "g1", "insert", "x.iso")
+		require.Equal(t, runnerconfig.ImageRepositoryDir+"/x.iso", e.runnerConfig(t, ns, "g1").VM.Drives[1].File)
+		run(t, "reset", "-n", ns, "g1")
+		require.EqualValues(t, 1, e.runnerConfig(t, ns, "g1").ResetCounter)
+
+		out, _ = run(t, "stop", "-n", ns, "g1", "--wait", "--timeout", "60s")
+		require.Contains(t, out, "g1: Stopped")
+		require.EqualValues(t, 0, *e.statefulSet(t, ns, "g1").Spec.Replicas)
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		require.Contains(t, fail(t, "start", "-n", "default", "nope"), `virtual machine "nope" not found in namespace "default"`)
+		msg := fail(t, "--server", "https://127.0.0.1:1", "--insecure-skip-tls-verify", "start", "nope")
+		require.Contains(t, msg, "cannot reach the cluster at https://127.0.0.1:1")
+		require.NotContains(t, msg, "\n", "one line")
+		msg = fail(t, "--as", "nobody", "stop", "-n", "default", "nope")
+		require.Contains(t, msg, `User "nobody" cannot get resource "vms"`)
+		require.Contains(t, msg, "ask a cluster administrator")
+	})
+
+	t.Run("kubectl finds the plugin", func(t *testing.T) {
+		ns := e.namespace("kubectl", nil)
+		e.createVM(ns, fmt.Sprintf(stoppedVM, "k1"))
+		dir := t.TempDir()
+		build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "kubectl-vm"), "github.com/vmop/vmop/cmd/kubectl-vm")
+		out, err := build.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		// kubectl takes no flags before a plugin's name: the kubeconfig
+		// comes from the environment.
+		kubectl := exec.CommandContext(ctx, "kubectl", "vm", "start", "-n", ns, "k1")
+		kubectl.Env = append(os.Environ(), "KUBECONFIG="+e.c.Kubeconfig, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err = kubectl.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, "k1 started\n", string(out))
+	})
+}
+
+// vmSpec is the VM's spec.vm as stored.
+func (e *env) vmSpec(t *testing.T, ns, name string) v1.VMSpec {
+	b, err := e.getVM(ns, name).MarshalJSON()
+	require.NoError(t, err)
+	vm, err := v1.DecodeJSON(b)
+	require.NoError(t, err)
+	return vm.Spec.VM
+}
+
+// runnerConfig parses the VM's ConfigMap as the runner would.
+func (e *env) runnerConfig(t *testing.T, ns, name string) *runnerconfig.Config {
+	cm, err := e.kube.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	cfg, err := runnerconfig.Parse([]byte(cm.Data[runnerconfig.ConfigFile]))
+	require.NoError(t, err)
+	return cfg
+}
+
+// applyRendered creates what kubectl vm render makes of a VM, without the
+// VirtualMachine: GitOps mode.
+func (e *env) applyRendered(t *testing.T, ns, manifest string) {
+	var vm v1.VirtualMachine
+	require.NoError(t, yaml.UnmarshalStrict([]byte(manifest), &vm))
+	vm.Namespace = ns
+	objs, err := render.Render(&vm, render.Options{})
+	require.NoError(t, err)
+	ctx := t.Context()
+	for _, o := range objs.List() {
+		switch o := o.(type) {
+		case *corev1.ConfigMap:
+			_, err = e.kube.CoreV1().ConfigMaps(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Secret:
+			_, err = e.kube.CoreV1().Secrets(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.StatefulSet:
+			_, err = e.kube.AppsV1().StatefulSets(ns).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("unexpected %T", o)
+		}
+		require.NoError(t, err)
+	}
+}
