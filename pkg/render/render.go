@@ -46,7 +46,7 @@ const (
 	// AnnotationHash carries a hash of what an object is rendered from, so
 	// that a caller can skip a write when the object in the cluster has the
 	// same. Each object has its own: a live change (currentCpus, currentRam,
-	// a CD) changes the ConfigMap's hash only.
+	// a CD, the reset counter) changes the ConfigMap's hash only.
 	AnnotationHash = v1.Group + "/render-hash"
 	// AnnotationRestartHash, on the pod template and so on the pod, is a
 	// hash of what applies only when the VM starts. A pod whose value
@@ -57,7 +57,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "5"
+const Version = "6"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -137,16 +137,24 @@ func Render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
 // render defaults, validates and renders a VM that it may change.
 func render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
 	vm.Default()
-	if errs := vm.Validate(); len(errs) > 0 {
+	errs := vm.Validate()
+	resetCounter, err := vm.ResetCounter()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
 		return nil, &InvalidError{Name: vm.Name, Errors: errs}
 	}
-	r := renderer{vm: vm, opts: opts}
+	r := renderer{vm: vm, opts: opts, resetCounter: resetCounter}
 	return r.render()
 }
 
 type renderer struct {
 	vm   *v1.VirtualMachine
 	opts Options
+	// resetCounter is from the VM's annotation: metadata, so no spec hash
+	// sees it, only the ConfigMap's (the runner resets the guest live).
+	resetCounter int64
 }
 
 func (r *renderer) render() (*Objects, error) {
@@ -234,6 +242,7 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 	c := runnerconfig.Config{
 		DataDir:            runnerconfig.DataDir,
 		GuestShutdownStops: s.GuestShutdownStops,
+		ResetCounter:       r.resetCounter,
 		VM: runnerconfig.VM{
 			Name:             r.vm.Name,
 			UUID:             v.MachineUUID,

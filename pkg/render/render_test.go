@@ -14,6 +14,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerconfig"
 )
 
 // TestDeterministic renders every valid golden case repeatedly, also from
@@ -98,6 +99,7 @@ func TestHashAnnotation(t *testing.T) {
 		"annotations added":   strings.Replace(hashBase, "  labels:", "  annotations:\n    note: x\n  labels:", 1),
 		"defaults spelled":    hashBase + "    state: Stopped\n    firmware: uefi\n    powerdownTimeout: 900\n",
 		"resourceVersion set": strings.Replace(hashBase, "  labels:", "  resourceVersion: \"42\"\n  labels:", 1),
+		"reset counter 0":     strings.Replace(hashBase, "  labels:", "  annotations:\n    "+v1.AnnotationResetCounter+": \"0\"\n  labels:", 1),
 	}
 	for name, y := range same {
 		require.Equal(t, base, hashes(t, y, render.Options{}), name)
@@ -105,6 +107,7 @@ func TestHashAnnotation(t *testing.T) {
 
 	all := []string{"ConfigMap", "Secret", "StatefulSet", "Service", "restart"}
 	cd := hashBase + "    disks:\n    - cdrom: {image: a.iso}\n"
+	reset1 := strings.Replace(hashBase, "  labels:", "  annotations:\n    "+v1.AnnotationResetCounter+": \"1\"\n  labels:", 1)
 	for _, c := range []struct {
 		name, base, changed string
 		differ              []string
@@ -112,6 +115,9 @@ func TestHashAnnotation(t *testing.T) {
 		{"currentCpus", hashBase, strings.Replace(hashBase, "currentCpus: 2", "currentCpus: 3", 1), []string{"ConfigMap"}},
 		{"currentRam", hashBase, hashBase + "    currentRam: 2Gi\n", []string{"ConfigMap"}},
 		{"cd image", cd, strings.Replace(cd, "a.iso", "b.iso", 1), []string{"ConfigMap"}},
+		// An annotation, not spec: the runner resets the guest live.
+		{"reset counter", hashBase, reset1, []string{"ConfigMap"}},
+		{"reset counter bumped", reset1, strings.Replace(reset1, `: "1"`, `: "2"`, 1), []string{"ConfigMap"}},
 		{"state", hashBase, hashBase + "    state: Running\n", []string{"StatefulSet"}},
 		{"powerdownTimeout", hashBase, hashBase + "    powerdownTimeout: 60\n", []string{"ConfigMap", "StatefulSet"}},
 		{"cloud-init", hashBase, strings.Replace(hashBase, "hostname: hash-vm", "hostname: other", 1), []string{"Secret", "StatefulSet", "restart"}}, // the guest reads it at boot
@@ -163,6 +169,30 @@ func TestRenderInvalid(t *testing.T) {
 	}
 	require.Contains(t, err.Error(), `hash-vm: spec.vm.maximumRam: Invalid value: "4Gx"`)
 	require.Contains(t, err.Error(), "hash-vm: spec.vm.currentCpus: Invalid value: 5")
+}
+
+// TestResetCounter: the annotation's value reaches the runner config; a
+// value that is no count is a validation error naming the annotation.
+func TestResetCounter(t *testing.T) {
+	render1 := func(value string) (*render.Objects, error) {
+		y := strings.Replace(hashBase, "  labels:", "  annotations:\n    "+v1.AnnotationResetCounter+": \""+value+"\"\n  labels:", 1)
+		vm, err := v1.DecodeJSON(mustJSON(t, y))
+		require.NoError(t, err)
+		return render.Render(vm, render.Options{})
+	}
+	objs, err := render1("7")
+	require.NoError(t, err)
+	c, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[runnerconfig.ConfigFile]))
+	require.NoError(t, err)
+	require.EqualValues(t, 7, c.ResetCounter)
+
+	for _, bad := range []string{"", "x", "-1", "1.5", "99999999999999999999"} {
+		objs, err := render1(bad)
+		require.Nil(t, objs, "%q", bad)
+		var invalid *render.InvalidError
+		require.ErrorAs(t, err, &invalid, "%q", bad)
+		require.Equal(t, `hash-vm: metadata.annotations[vmoperator.jdrupes.org/reset-counter]: Invalid value: "`+bad+`": must be a non-negative integer`, err.Error())
+	}
 }
 
 // TestListOrder: what is mounted comes before the StatefulSet, so that a

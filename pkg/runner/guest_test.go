@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -214,4 +215,128 @@ func TestGuestLockedTray(t *testing.T) {
 		return err
 	})
 	require.GreaterOrEqual(t, time.Since(locked), time.Duration(hold)*time.Second/2, "changed only after the release")
+}
+
+// consoleCount counts the lines of the guest's console that are line.
+func (v *vm) consoleCount(line string) int {
+	b, _ := os.ReadFile(filepath.Join(v.runtime, "console.log"))
+	n := 0
+	for l := range strings.Lines(string(b)) {
+		if strings.TrimSpace(l) == line {
+			n++
+		}
+	}
+	return n
+}
+
+// logCount counts the runner's log lines that contain s.
+func (v *vm) logCount(s string) int {
+	b, _ := os.ReadFile(v.output)
+	return strings.Count(string(b), s)
+}
+
+// TestGuestReset: raising resetCounter resets the guest (qemu's RESET, not
+// by the guest), which boots again and the VM keeps running; the value the
+// VM starts with, the same value again and a lower one do nothing.
+func TestGuestReset(t *testing.T) {
+	v := newGuestVM(t, guestVM)
+	config := func(counter int, vmConfig string) {
+		v.writeFile("config.yaml", strings.Replace(v.configText(vmConfig), `"/Runner":`, fmt.Sprintf("\"/Runner\":\n  resetCounter: %d", counter), 1))
+	}
+	config(2, guestVM) // at the start: counts as applied, no reset
+	mon := v.start()
+	// Resets from the host, by the runner. (After one, the firmware resets
+	// the machine itself a few times: RESET with guest true.)
+	var (
+		mu     sync.Mutex
+		resets []qmp.ShutdownData
+	)
+	events := mon.Events(t.Context())
+	go func() {
+		for ev := range events {
+			var d qmp.ShutdownData
+			if ev.Name == qmp.EventReset && ev.Decode(&d) == nil && !d.Guest {
+				mu.Lock()
+				resets = append(resets, d)
+				mu.Unlock()
+			}
+		}
+	}()
+	nResets := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(resets)
+	}
+	waitRunning(t, mon)
+	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	ctx := t.Context()
+	const resetLog = `msg="Guest reset"`
+	require.Equal(t, 1, v.consoleCount(testguest.ReadyLine))
+	require.Zero(t, v.logCount(resetLog), "no reset at the start")
+
+	// Up: the guest is reset and boots again.
+	config(3, guestVM)
+	eventually(t, 30*time.Second, func() error {
+		if n := nResets(); n != 1 {
+			return fmt.Errorf("%d RESET events", n)
+		}
+		return nil
+	})
+	mu.Lock()
+	require.Equal(t, "host-qmp-system-reset", resets[0].Reason)
+	mu.Unlock()
+	eventually(t, 90*time.Second, func() error {
+		if n := v.consoleCount(testguest.ReadyLine); n != 2 {
+			return fmt.Errorf("the guest booted %d times", n)
+		}
+		return nil
+	})
+	require.Equal(t, 1, v.logCount(resetLog+` vm=test resetCounter=3`))
+	t.Logf("after resetCounter 2 -> 3: %d RESET events, %q %d times on the console", nResets(), testguest.ReadyLine, v.consoleCount(testguest.ReadyLine))
+
+	// The same counter with another change, then a lower one: no reset.
+	ram := strings.Replace(guestVM, "currentRam: 512Mi", "currentRam: 448Mi", 1)
+	config(3, ram)
+	eventually(t, 10*time.Second, func() error {
+		if v.logCount(`msg="Balloon target set" vm=test bytes=469762048`) == 0 {
+			return errors.New("the changed config was not applied")
+		}
+		return nil
+	})
+	config(1, ram)
+	eventually(t, 10*time.Second, func() error {
+		if v.logCount(`msg="resetCounter is not above the last applied one: no reset" vm=test resetCounter=1 applied=3`) == 0 {
+			return errors.New("the lower resetCounter was not seen")
+		}
+		return nil
+	})
+
+	// Up again, from the highest applied value: one more reset. A reset
+	// for the same or the lower value would have come before it.
+	config(4, ram)
+	eventually(t, 90*time.Second, func() error {
+		if n := v.consoleCount(testguest.ReadyLine); n < 3 {
+			return fmt.Errorf("the guest booted %d times", n)
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, func() error {
+		if n := nResets(); n < 2 {
+			return fmt.Errorf("%d RESET events", n)
+		}
+		return nil
+	})
+	require.Equal(t, 2, nResets(), "RESET events")
+	require.Equal(t, 2, v.logCount(resetLog), "resets in the runner's log")
+	require.Equal(t, 3, v.consoleCount(testguest.ReadyLine), "boots of the guest")
+	t.Logf("after 3 (same), 1 (lower), 4: %d RESET events, %q %d times on the console", nResets(), testguest.ReadyLine, v.consoleCount(testguest.ReadyLine))
+
+	st, err := mon.QueryStatus(ctx)
+	require.NoError(t, err)
+	require.True(t, st.Running, "the VM keeps running: %s", st.Status)
+	select {
+	case <-v.exited:
+		t.Fatalf("vm-runner exited with %d", v.exitCode)
+	default:
+	}
 }

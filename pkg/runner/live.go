@@ -17,7 +17,7 @@ import (
 )
 
 // liveState is what the runner changes while qemu runs: CPUs, the balloon,
-// CD media and the display password.
+// CD media, the display password and resets.
 type liveState struct {
 	r *Runner
 	// cds is the medium of each CD drive (by id) as last applied, and
@@ -30,10 +30,17 @@ type liveState struct {
 	password       []byte
 	expiry         string
 	agentConnected bool
+	// resetCounter is the highest resetCounter applied; the one of the
+	// config the VM started with counts as applied.
+	resetCounter int64
+	// stopping is set once the guest is asked to shut down: a reset then
+	// would undo the shutdown.
+	stopping bool
 }
 
 func newLiveState(r *Runner) *liveState {
-	l := &liveState{r: r, cds: map[string]string{}, pendingCDs: map[string]string{}, unplugging: map[string]bool{}}
+	l := &liveState{r: r, cds: map[string]string{}, pendingCDs: map[string]string{}, unplugging: map[string]bool{},
+		resetCounter: r.config.ResetCounter}
 	for _, cd := range r.machine.CDROMs {
 		l.cds[cd.ID] = cd.Path // on qemu's command line
 	}
@@ -74,8 +81,36 @@ func (l *liveState) apply(ctx context.Context, c *runnerconfig.Config) error {
 	if err := l.updatePassword(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("display password: %w", err))
 	}
+	// Last, so that the guest boots again with the other changes applied
+	// (say, a new CD to boot from).
+	if err := l.reset(ctx, c.ResetCounter); err != nil {
+		errs = append(errs, fmt.Errorf("resetCounter: %w", err))
+	}
 	l.r.report(ctx)
 	return errors.Join(errs...)
+}
+
+// reset resets the guest (system_reset, the reset button) when counter is
+// above the last applied one. A lower or equal value does nothing.
+func (l *liveState) reset(ctx context.Context, counter int64) error {
+	r := l.r
+	switch {
+	case counter <= l.resetCounter:
+		if counter != r.config.ResetCounter { // changed, but not up: say why nothing happens
+			r.log.Info("resetCounter is not above the last applied one: no reset", "resetCounter", counter, "applied", l.resetCounter)
+		}
+		return nil
+	case l.stopping:
+		r.log.Info("resetCounter increased while the guest shuts down: no reset", "resetCounter", counter)
+		l.resetCounter = counter
+		return nil
+	}
+	if err := r.mon.SystemReset(ctx); err != nil {
+		return err
+	}
+	l.resetCounter = counter
+	r.log.Info("Guest reset", "resetCounter", counter)
+	return nil
 }
 
 // setCPUs plugs or unplugs CPUs until qemu has target of them. Unplugging

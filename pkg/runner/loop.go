@@ -63,6 +63,7 @@ func (r *Runner) loop(ctx context.Context) error {
 		case <-sigterm:
 			sigterm = nil
 			stopping, stopStarted = true, time.Now()
+			r.live.stopping = true
 			r.ready.Store(false)
 			r.status.Running = false
 			r.report(bg)

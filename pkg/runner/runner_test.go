@@ -98,6 +98,11 @@ func newVM(t testing.TB, vmConfig string, extraTemplate ...string) *vm {
 // writeConfig replaces the config as a ConfigMap volume does: a new file
 // renamed over the old one.
 func (v *vm) writeConfig(vmConfig string) {
+	v.writeFile("config.yaml", v.configText(vmConfig))
+}
+
+// configText is the config file with vmConfig under "vm:".
+func (v *vm) configText(vmConfig string) string {
 	c := fmt.Sprintf(`"/Runner":
   dataDir: %s/data
   runtimeDir: %s
@@ -106,8 +111,7 @@ func (v *vm) writeConfig(vmConfig string) {
     accelerator: tcg
 %s`, v.dir, v.runtime, indent(vmConfig, "    "))
 	c = strings.ReplaceAll(c, "SPICEPORT", fmt.Sprint(v.spicePort))
-	c = strings.ReplaceAll(c, "DIR", v.dir)
-	v.writeFile("config.yaml", c)
+	return strings.ReplaceAll(c, "DIR", v.dir)
 }
 
 func (v *vm) writeFile(name, content string) {
