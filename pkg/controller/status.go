@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vmstatus"
 )
 
 // pendingRecheck is how soon a VM that waits for its pod is looked at
@@ -53,38 +54,13 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 	}
 	want := vm.Spec.VM.State == v1.StateRunning
 	st := opStatus{ObservedGeneration: vm.Generation}
-	var requeue time.Duration
-
-	running := cond(v1.ConditionRunning, false, v1.ReasonStopped, "The VM is stopped.")
-	ready := cond(v1.ConditionReady, false, v1.ReasonPodNotReady, "The VM has no pod.")
-	restart := cond(v1.ConditionRestartRequired, false, v1.ReasonUpToDate, "The VM runs with its current spec.")
-	failed := cond(v1.ConditionFailed, false, v1.ReasonNoFailure, "")
 	if pod != nil {
 		st.Node = pod.Spec.NodeName
-		switch {
-		case pod.DeletionTimestamp != nil:
-			running = cond(v1.ConditionRunning, pod.Status.Phase == corev1.PodRunning, v1.ReasonStopping, "The guest is shutting down.")
-		case pod.Status.Phase == corev1.PodRunning:
-			running = cond(v1.ConditionRunning, true, v1.ReasonRunning, "The runner pod runs on "+pod.Spec.NodeName+".")
-		case !want:
-			running = cond(v1.ConditionRunning, false, v1.ReasonStopping, "The pod is ending.")
-		default:
-			running = cond(v1.ConditionRunning, false, v1.ReasonStarting, "The runner pod is "+strings.ToLower(string(pod.Status.Phase))+".")
-		}
-		if podReady(pod) {
-			ready = cond(v1.ConditionReady, true, v1.ReasonPodReady, "The runner reports the VM ready.")
-		} else {
-			ready.Message = "The runner pod is not ready."
-		}
-		if have, wantHash := pod.Annotations[render.AnnotationRestartHash], objs.StatefulSet.Spec.Template.Annotations[render.AnnotationRestartHash]; have != wantHash {
-			restart = cond(v1.ConditionRestartRequired, true, v1.ReasonRestartPending,
-				"The spec changed in a way that applies only when the VM starts (e.g. maximumRam, disks, firmware); stop and start the VM to apply it.")
-		}
-		if f, ok := podFailure(pod); ok {
-			failed = f
-		}
-	} else if want {
-		running = cond(v1.ConditionRunning, false, v1.ReasonStarting, "Waiting for the runner pod.")
+	}
+	conds := vmstatus.FromPod(pod, want, objs.StatefulSet.Spec.Template.Annotations[render.AnnotationRestartHash])
+	var requeue time.Duration
+	if pod == nil && want {
+		// No event tells of a pod that cannot be created: look again.
 		requeue = pendingRecheck
 		if sts != nil {
 			f, ok, err := c.createFailure(ctx, sts)
@@ -92,57 +68,15 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 				return opStatus{}, 0, err
 			}
 			if ok {
-				failed = f
+				conds.Failed = f
 			}
 		}
 	}
-	st.Conditions = []metav1.Condition{running, ready, restart, failed}
+	st.Conditions = conds.List()
 	for i := range st.Conditions {
 		st.Conditions[i].ObservedGeneration = vm.Generation
 	}
 	return st, requeue, nil
-}
-
-func cond(typ string, on bool, reason, msg string) metav1.Condition {
-	s := metav1.ConditionFalse
-	if on {
-		s = metav1.ConditionTrue
-	}
-	return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg}
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// podFailure reports a runner that keeps failing, with what it said last
-// (the pod's termination message falls back to the end of its log), or a
-// pod that no node can take.
-func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != render.ContainerRunner || cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" {
-			continue
-		}
-		msg := fmt.Sprintf("The runner failed %d times", cs.RestartCount)
-		if t := cs.LastTerminationState.Terminated; t != nil {
-			msg += fmt.Sprintf("; last exit code %d", t.ExitCode)
-			if m := strings.TrimSpace(t.Message); m != "" {
-				msg += ": " + m
-			}
-		}
-		return cond(v1.ConditionFailed, true, v1.ReasonCrashLoop, msg+"."), true
-	}
-	for _, pc := range pod.Status.Conditions {
-		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {
-			return cond(v1.ConditionFailed, true, v1.ReasonUnschedulable, pc.Message), true
-		}
-	}
-	return metav1.Condition{}, false
 }
 
 // createFailure looks for the StatefulSet controller's FailedCreate event:
@@ -163,7 +97,7 @@ func (c *Controller) createFailure(ctx context.Context, sts *appsv1.StatefulSet)
 	if latest == nil {
 		return metav1.Condition{}, false, nil
 	}
-	return cond(v1.ConditionFailed, true, v1.ReasonPodCreateFailed, latest.Message), true, nil
+	return vmstatus.Condition(v1.ConditionFailed, true, v1.ReasonPodCreateFailed, latest.Message), true, nil
 }
 
 func eventTime(e *corev1.Event) time.Time {
@@ -179,7 +113,7 @@ func eventTime(e *corev1.Event) time.Time {
 
 // invalidStatus is the status of a VM whose spec cannot be rendered.
 func invalidStatus(u *unstructured.Unstructured, err error) opStatus {
-	f := cond(v1.ConditionFailed, true, v1.ReasonInvalidSpec, err.Error())
+	f := vmstatus.Condition(v1.ConditionFailed, true, v1.ReasonInvalidSpec, err.Error())
 	f.ObservedGeneration = u.GetGeneration()
 	return opStatus{ObservedGeneration: u.GetGeneration(), Conditions: []metav1.Condition{f}}
 }

@@ -16,37 +16,6 @@ import (
 // These unit tests pin decisions that the end-to-end tests (test/e2e)
 // reach only through a running cluster.
 
-func TestPodFailure(t *testing.T) {
-	crashing := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
-		Name:         render.ContainerRunner,
-		RestartCount: 5,
-		State:        corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: 2, Message: "config: /Runner.vm.maximumRam: invalid size\n",
-		}},
-	}}}}
-	c, ok := podFailure(crashing)
-	require.True(t, ok)
-	require.Equal(t, v1.ReasonCrashLoop, c.Reason)
-	require.Equal(t, "The runner failed 5 times; last exit code 2: config: /Runner.vm.maximumRam: invalid size.", c.Message)
-
-	unschedulable := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
-		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
-		Message: "0/3 nodes are available: 3 Insufficient memory.",
-	}}}}
-	c, ok = podFailure(unschedulable)
-	require.True(t, ok)
-	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
-	require.Contains(t, c.Message, "Insufficient memory")
-
-	starting := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
-		Name:  render.ContainerRunner,
-		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
-	}}}}
-	_, ok = podFailure(starting)
-	require.False(t, ok)
-}
-
 func TestStatusComparisonIgnoresTimesAndOrder(t *testing.T) {
 	a := opStatus{ObservedGeneration: 2, Node: "n", Conditions: []metav1.Condition{
 		{Type: v1.ConditionRunning, Status: metav1.ConditionTrue, Reason: v1.ReasonRunning, LastTransitionTime: metav1.NewTime(time.Unix(1, 0))},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -324,4 +326,45 @@ func readRSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkStartLatency compares `kubectl vm start` with the `kubectl
+// patch` that does the same to a VirtualMachine, both through the real
+// kubectl (the plugin found on PATH), as medians of repeated runs. The
+// bar: the plugin takes at most 1.5 times as long.
+func BenchmarkStartLatency(b *testing.B) {
+	const runs = 21
+	e := newEnv(b)
+	ns := e.namespace("latency", nil)
+	e.createVM(ns, fmt.Sprintf(strings.Replace(runningVM, "state: Running", "state: Stopped", 1), "vm1"))
+	dir := b.TempDir()
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "kubectl-vm"), "github.com/vmop/vmop/cmd/kubectl-vm").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v: %s", err, out)
+	}
+	env := append(os.Environ(), "KUBECONFIG="+e.c.Kubeconfig, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	timed := func(args ...string) time.Duration {
+		e.patchVM(ns, "vm1", `{"state":"Stopped"}`)
+		cmd := exec.Command("kubectl", args...)
+		cmd.Env = env
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("kubectl %v: %v: %s", args, err, out)
+		}
+		return time.Since(start)
+	}
+	plugin := []string{"vm", "start", "-n", ns, "vm1"}
+	patch := []string{"patch", "vm", "-n", ns, "vm1", "--type", "merge", "-p", `{"spec":{"vm":{"state":"Running"}}}`}
+	for b.Loop() {
+		timed(plugin...) // warm caches (kubectl's discovery cache, the page cache)
+		timed(patch...)
+		var p, k []time.Duration
+		for range runs {
+			p = append(p, timed(plugin...))
+			k = append(k, timed(patch...))
+		}
+		pm, km := percentile(p, 50), percentile(k, 50)
+		b.ReportMetric(ms(pm), "ms-kubectl-vm-start")
+		b.ReportMetric(ms(km), "ms-kubectl-patch")
+		b.ReportMetric(float64(pm)/float64(km), "ratio")
+	}
 }

@@ -22,6 +22,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/vmclient"
+	"github.com/vmop/vmop/pkg/vmstatus"
 )
 
 // action is what a command does to each VM.
@@ -299,18 +300,10 @@ func (o *Options) phase(ctx context.Context, vm *vmclient.VM, oldPod *corev1.Pod
 			return st.Reason, done, nil
 		}
 	}
-	switch {
-	case pod == nil && wantRunning:
-		return "Starting", false, nil
-	case pod == nil:
-		return "Stopped", true, nil
-	case pod.DeletionTimestamp != nil:
-		return "Stopping", false, nil
-	case pod.Status.Phase == corev1.PodRunning:
-		return "Running", wantRunning, nil
-	default:
-		return "Starting", false, nil
-	}
+	// GitOps mode: what the operator would say of the pod.
+	c := vmstatus.FromPod(pod, wantRunning, "").Running
+	done := (c.Status == metav1.ConditionTrue) == wantRunning && (wantRunning || pod == nil)
+	return c.Reason, done, nil
 }
 
 // runningCondition is the operator's Running condition of the VM.

@@ -1,0 +1,110 @@
+// Package vmstatus derives a VM's conditions from its pod. The operator
+// writes them into the VirtualMachine's status; the plugin computes the
+// same in GitOps mode, where nothing writes a status. One set of rules
+// serves both, so that a VM reads the same either way.
+package vmstatus
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// Conditions are the pod-derived conditions of a VM.
+type Conditions struct {
+	Running, Ready, RestartRequired, Failed metav1.Condition
+}
+
+// List returns them in the order the status shows them.
+func (c Conditions) List() []metav1.Condition {
+	return []metav1.Condition{c.Running, c.Ready, c.RestartRequired, c.Failed}
+}
+
+// FromPod derives the conditions: pod is the VM's pod (nil when it has
+// none), want whether the VM is meant to run, and restartHash the
+// restart hash of its StatefulSet's template ("" when unknown).
+func FromPod(pod *corev1.Pod, want bool, restartHash string) Conditions {
+	c := Conditions{
+		Running:         Condition(v1.ConditionRunning, false, v1.ReasonStopped, "The VM is stopped."),
+		Ready:           Condition(v1.ConditionReady, false, v1.ReasonPodNotReady, "The VM has no pod."),
+		RestartRequired: Condition(v1.ConditionRestartRequired, false, v1.ReasonUpToDate, "The VM runs with its current spec."),
+		Failed:          Condition(v1.ConditionFailed, false, v1.ReasonNoFailure, ""),
+	}
+	if pod == nil {
+		if want {
+			c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, "Waiting for the runner pod.")
+		}
+		return c
+	}
+	switch {
+	case pod.DeletionTimestamp != nil:
+		c.Running = Condition(v1.ConditionRunning, pod.Status.Phase == corev1.PodRunning, v1.ReasonStopping, "The guest is shutting down.")
+	case pod.Status.Phase == corev1.PodRunning:
+		c.Running = Condition(v1.ConditionRunning, true, v1.ReasonRunning, "The runner pod runs on "+pod.Spec.NodeName+".")
+	case !want:
+		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStopping, "The pod is ending.")
+	default:
+		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, "The runner pod is "+strings.ToLower(string(pod.Status.Phase))+".")
+	}
+	if podReady(pod) {
+		c.Ready = Condition(v1.ConditionReady, true, v1.ReasonPodReady, "The runner reports the VM ready.")
+	} else {
+		c.Ready.Message = "The runner pod is not ready."
+	}
+	if restartHash != "" && pod.Annotations[render.AnnotationRestartHash] != restartHash {
+		c.RestartRequired = Condition(v1.ConditionRestartRequired, true, v1.ReasonRestartPending,
+			"The spec changed in a way that applies only when the VM starts (e.g. maximumRam, disks, firmware); stop and start the VM to apply it.")
+	}
+	if f, ok := podFailure(pod); ok {
+		c.Failed = f
+	}
+	return c
+}
+
+// Condition makes a condition without times.
+func Condition(typ string, on bool, reason, msg string) metav1.Condition {
+	s := metav1.ConditionFalse
+	if on {
+		s = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podFailure reports a runner that keeps failing, with what it said last
+// (the pod's termination message falls back to the end of its log), or a
+// pod that no node can take.
+func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != render.ContainerRunner || cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" {
+			continue
+		}
+		msg := fmt.Sprintf("The runner failed %d times", cs.RestartCount)
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			msg += fmt.Sprintf("; last exit code %d", t.ExitCode)
+			if m := strings.TrimSpace(t.Message); m != "" {
+				msg += ": " + m
+			}
+		}
+		return Condition(v1.ConditionFailed, true, v1.ReasonCrashLoop, msg+"."), true
+	}
+	for _, pc := range pod.Status.Conditions {
+		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {
+			return Condition(v1.ConditionFailed, true, v1.ReasonUnschedulable, pc.Message), true
+		}
+	}
+	return metav1.Condition{}, false
+}

@@ -1,0 +1,76 @@
+package vmstatus
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// failed is the Failed condition of a running VM's pod, and whether it
+// is true.
+func failed(pod *corev1.Pod) (metav1.Condition, bool) {
+	c := FromPod(pod, true, "").Failed
+	return c, c.Status == metav1.ConditionTrue
+}
+
+func TestPodFailure(t *testing.T) {
+	crashing := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+		Name:         render.ContainerRunner,
+		RestartCount: 5,
+		State:        corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 2, Message: "config: /Runner.vm.maximumRam: invalid size\n",
+		}},
+	}}}}
+	c, ok := failed(crashing)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonCrashLoop, c.Reason)
+	require.Equal(t, "The runner failed 5 times; last exit code 2: config: /Runner.vm.maximumRam: invalid size.", c.Message)
+
+	unschedulable := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/3 nodes are available: 3 Insufficient memory.",
+	}}}}
+	c, ok = failed(unschedulable)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
+	require.Contains(t, c.Message, "Insufficient memory")
+
+	starting := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+		Name:  render.ContainerRunner,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+	}}}}
+	_, ok = failed(starting)
+	require.False(t, ok)
+}
+
+func TestFromPod(t *testing.T) {
+	c := FromPod(nil, true, "h")
+	require.Equal(t, v1.ReasonStarting, c.Running.Reason)
+	require.Equal(t, metav1.ConditionFalse, c.RestartRequired.Status)
+	require.Equal(t, v1.ReasonStopped, FromPod(nil, false, "h").Running.Reason)
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{render.AnnotationRestartHash: "old"}},
+		Spec:       corev1.PodSpec{NodeName: "n1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+		}},
+	}
+	c = FromPod(pod, true, "new")
+	require.Equal(t, metav1.ConditionTrue, c.Running.Status)
+	require.Equal(t, "The runner pod runs on n1.", c.Running.Message)
+	require.Equal(t, metav1.ConditionTrue, c.Ready.Status)
+	require.Equal(t, metav1.ConditionTrue, c.RestartRequired.Status, "the pod's template is older")
+	require.Equal(t, metav1.ConditionFalse, FromPod(pod, true, "old").RestartRequired.Status)
+	require.Equal(t, metav1.ConditionFalse, FromPod(pod, true, "").RestartRequired.Status, "unknown hash: no claim")
+
+	pod.DeletionTimestamp = &metav1.Time{}
+	require.Equal(t, v1.ReasonStopping, FromPod(pod, false, "old").Running.Reason)
+	require.Len(t, FromPod(pod, false, "old").List(), 4)
+}
