@@ -28,9 +28,13 @@ import (
 
 var (
 	moduleRoot string
-	binDir     string // holds the built kubectl-vm
+	binDir     string // holds the built kubectl-vm and kubectl_complete-vm
 	plugin     string // binDir/kubectl-vm
 )
+
+// testVersion is the version the binaries are built with, so that their
+// output does not depend on the checkout.
+const testVersion = "v0.0.0-test"
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
@@ -48,10 +52,11 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(binDir)
 	plugin = filepath.Join(binDir, "kubectl-vm")
-	build := exec.Command("go", "build", "-o", plugin, "./cmd/kubectl-vm")
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/vmop/vmop/pkg/version.Version="+testVersion,
+		"-o", binDir+string(os.PathSeparator), "./cmd/kubectl-vm", "./cmd/kubectl_complete-vm")
 	build.Dir = moduleRoot
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kubectl-vm: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "building kubectl-vm and kubectl_complete-vm: %v\n%s", err, out)
 		return 1
 	}
 	return m.Run()
@@ -66,12 +71,18 @@ type result struct {
 // with binDir and kubectl finds no cluster config.
 func runCmd(t *testing.T, stdin, dir, name string, args ...string) result {
 	t.Helper()
+	return runCmdEnv(t, nil, stdin, dir, name, args...)
+}
+
+// runCmdEnv is runCmd with env added to (and overriding) that environment.
+func runCmdEnv(t *testing.T, env []string, stdin, dir, name string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(),
 		"PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"KUBECONFIG="+filepath.Join(t.TempDir(), "no-kubeconfig"),
-	)
+	), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

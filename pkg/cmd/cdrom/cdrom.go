@@ -13,6 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/vmop/vmop/pkg/cmd/completion"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmclient"
@@ -47,7 +48,8 @@ ConfigMap, and the next sync from Git undoes it.`,
 
   # Eject the medium of the second drive
   %[1]s cdrom test-vm --drive 1 eject`, name),
-		Args: cobra.RangeArgs(2, 3),
+		Args:              cobra.RangeArgs(2, 3),
+		ValidArgsFunction: completion.VMName(configFlags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Complete(args); err != nil {
 				return err

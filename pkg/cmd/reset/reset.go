@@ -15,6 +15,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/cmd/completion"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmclient"
 )
@@ -41,7 +42,8 @@ without a VirtualMachine (GitOps mode) it raises resetCounter in the VM's
 ConfigMap.`,
 		Example: fmt.Sprintf(`  # Reset a hung guest
   %[1]s reset test-vm`, name),
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completion.VMName(configFlags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Complete(args); err != nil {
 				return err

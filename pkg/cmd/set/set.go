@@ -12,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/vmop/vmop/pkg/cmd/completion"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmclient"
 )
@@ -41,7 +42,8 @@ the memory balloon: the guest keeps running. Without a VirtualMachine
 from Git undoes it.`,
 		Example: fmt.Sprintf(`  # Give a VM 4 CPUs and 8 GiB
   %[1]s set test-vm --cpus 4 --ram 8Gi`, name),
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completion.VMName(configFlags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Complete(args); err != nil {
 				return err

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/cmd/completion"
 	"github.com/vmop/vmop/pkg/vmclient"
 	"github.com/vmop/vmop/pkg/vmstatus"
 )
@@ -103,6 +104,7 @@ the desired state as it is.`,
 func newCmd(a action, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, cmd *cobra.Command) (*cobra.Command, *Options) {
 	o := &Options{action: a, configFlags: configFlags, IOStreams: streams, poll: time.Second}
 	cmd.Args = cobra.MinimumNArgs(1)
+	cmd.ValidArgsFunction = completion.VMNames(configFlags)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := o.Complete(args); err != nil {
 			return err

@@ -1,0 +1,108 @@
+package main_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+)
+
+// krewVersion is the krew that TestKrewInstall installs with. It is built
+// in a module of its own: its go.mod pins old Kubernetes libraries.
+const krewVersion = "v0.4.4"
+
+// buildKrew builds krew into a temporary directory, or skips the test
+// when this environment cannot (no network and no module cache).
+// "go install krew@version" would be shorter but looks up deprecations in
+// the module's version list, which some proxies do not serve.
+func buildKrew(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"mod", "init", "krewbuild"},
+		{"get", "sigs.k8s.io/krew/cmd/krew@" + krewVersion},
+		{"build", "-o", dir, "sigs.k8s.io/krew/cmd/krew"},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Skipf("krew %s cannot be built here: go %s: %v\n%s", krewVersion, strings.Join(args, " "), err, out)
+		}
+	}
+	return filepath.Join(dir, "krew")
+}
+
+// krewManifest is what the test checks of a krew plugin manifest; krew
+// itself validates the rest when it installs.
+type krewManifest struct {
+	Metadata struct{ Name string }
+	Spec     struct {
+		Version   string
+		Platforms []struct {
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			}
+			URI    string
+			Sha256 string
+			Bin    string
+		}
+	}
+}
+
+// TestKrewInstall builds the krew release with "make krew" and installs
+// it with krew as its manifest tells developers to, with a KREW_ROOT of
+// its own: the installed plugin must run, also as "kubectl vm".
+func TestKrewInstall(t *testing.T) {
+	krew := buildKrew(t)
+	dist := t.TempDir()
+	r := runCmd(t, "", moduleRoot, "make", "krew", "VERSION="+testVersion, "DIST="+dist)
+	require.Zero(t, r.code, "%s\n%s", r.stdout, r.stderr)
+
+	data, err := os.ReadFile(filepath.Join(dist, "vm.yaml"))
+	require.NoError(t, err)
+	var m krewManifest
+	require.NoError(t, yaml.Unmarshal(data, &m))
+	require.Equal(t, "vm", m.Metadata.Name)
+	require.Equal(t, testVersion, m.Spec.Version)
+	var platforms []string
+	for _, p := range m.Spec.Platforms {
+		platform := p.Selector.MatchLabels["os"] + "_" + p.Selector.MatchLabels["arch"]
+		platforms = append(platforms, platform)
+		archive := "kubectl-vm_" + platform + ".tar.gz"
+		require.Equal(t, "https://github.com/vmop/vmop/releases/download/"+testVersion+"/"+archive, p.URI)
+		b, err := os.ReadFile(filepath.Join(dist, archive))
+		require.NoError(t, err)
+		sum := sha256.Sum256(b)
+		require.Equal(t, hex.EncodeToString(sum[:]), p.Sha256, archive)
+		require.Equal(t, "kubectl-vm", p.Bin)
+	}
+	require.ElementsMatch(t, []string{"linux_amd64", "linux_arm64", "darwin_amd64", "darwin_arm64"}, platforms)
+
+	krewRoot := t.TempDir()
+	krewEnv := []string{"KREW_ROOT=" + krewRoot}
+	r = runCmdEnv(t, krewEnv, "", t.TempDir(), krew, "install",
+		"--manifest="+filepath.Join(dist, "vm.yaml"),
+		"--archive="+filepath.Join(dist, "kubectl-vm_"+runtime.GOOS+"_"+runtime.GOARCH+".tar.gz"))
+	require.Zero(t, r.code, "%s\n%s", r.stdout, r.stderr)
+	require.Contains(t, r.stderr, "Installed plugin: vm")
+
+	installed := filepath.Join(krewRoot, "bin", "kubectl-vm")
+	r = runCmd(t, "", t.TempDir(), installed, "version", "--client")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "kubectl-vm "+testVersion+"\n", r.stdout)
+
+	// PATH as krew tells users to set it, without binDir.
+	pathEnv := []string{"PATH=" + filepath.Dir(installed) + string(os.PathListSeparator) + os.Getenv("PATH")}
+	r = runCmdEnv(t, pathEnv, "", t.TempDir(), kubectl(t), "plugin", "list", "--name-only=false")
+	require.Contains(t, strings.Split(r.stdout, "\n"), installed, r.stderr)
+	r = runCmdEnv(t, pathEnv, "", t.TempDir(), kubectl(t), "vm", "version", "--client")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "kubectl-vm "+testVersion+"\n", r.stdout)
+}

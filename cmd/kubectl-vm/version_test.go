@@ -1,0 +1,77 @@
+package main_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/vmop/vmop/internal/golden"
+	"github.com/vmop/vmop/internal/testcluster"
+)
+
+func TestVersionClient(t *testing.T) {
+	r := runCmd(t, "", t.TempDir(), kubectl(t), "vm", "version", "--client")
+	require.Zero(t, r.code, r.stderr)
+	require.Empty(t, r.stderr)
+	golden.Assert(t, "testdata/version-client.golden", []byte(r.stdout))
+}
+
+// TestVersionUnreachable: a cluster that cannot be asked is a warning.
+func TestVersionUnreachable(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: gone
+  cluster: {server: "https://127.0.0.1:1"}
+contexts:
+- name: gone
+  context: {cluster: gone, user: gone}
+users:
+- name: gone
+  user: {token: x}
+current-context: gone
+`), 0o600))
+	r := runCmdEnv(t, []string{"KUBECONFIG=" + kubeconfig}, "", t.TempDir(), kubectl(t), "vm", "version")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "kubectl-vm "+testVersion+"\n", r.stdout)
+	require.Regexp(t, `^warning: cannot reach the cluster at https://127.0.0.1:1: .*connection refused\n$`, r.stderr)
+}
+
+// TestVersionOnAPIServer asks a real kube-apiserver, before and after
+// kubectl vm install (no controllers run: the operator never becomes
+// available).
+func TestVersionOnAPIServer(t *testing.T) {
+	c := testcluster.New(t)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+	info, err := cs.Discovery().ServerVersion()
+	require.NoError(t, err)
+	env := []string{"KUBECONFIG=" + c.Kubeconfig}
+	version := func() string {
+		t.Helper()
+		r := runCmdEnv(t, env, "", t.TempDir(), kubectl(t), "vm", "version")
+		require.Zero(t, r.code, r.stderr)
+		require.Empty(t, r.stderr)
+		return r.stdout
+	}
+	server := "Server: Kubernetes " + info.GitVersion + " at " + c.Config.Host + "\n"
+
+	require.Equal(t, "kubectl-vm "+testVersion+"\n"+server+
+		"CRD: vms.vmoperator.jdrupes.org not installed\n"+
+		"Operator: vm-operator not installed in vmop-system\n", version())
+
+	r := runCmdEnv(t, env, "", t.TempDir(), kubectl(t), "vm", "install")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "kubectl-vm "+testVersion+"\n"+server+
+		"CRD: vms.vmoperator.jdrupes.org installed\n"+
+		"Operator: vm-operator in vmop-system, image ghcr.io/vmop/vm-operator:"+testVersion+", 0/1 available\n", version())
+
+	r = runCmdEnv(t, env, "", t.TempDir(), kubectl(t), "vm", "version", "-n", "elsewhere")
+	require.Zero(t, r.code, r.stderr)
+	require.True(t, strings.HasSuffix(r.stdout, "Operator: vm-operator not installed in elsewhere\n"), r.stdout)
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the release archives of kubectl-vm for krew, one per platform of
+# krew/vm.yaml, and writes the manifest that points at them, DIST/vm.yaml:
+# the template krew/vm.yaml with the version, the archives' files and their
+# sha256 filled in. Run by "make krew".
+#
+#   hack/krew-dist.sh VERSION [DIST]     (DIST defaults to dist)
+#
+# VERSION must be a semantic version with a leading v (krew requires it),
+# the tag of the GitHub release that will hold the archives. Archives are
+# reproducible (GNU tar): the same source, Go and VERSION give the same
+# sums.
+set -euo pipefail
+
+version=${1:?usage: $0 VERSION [DIST]}
+dist=${2:-dist}
+if ! [[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]]; then
+	echo "$0: version \"$version\" is not a semantic version such as v0.1.0, as krew requires: make krew VERSION=v0.1.0" >&2
+	exit 1
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$dist"
+dist=$(cd "$dist" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The archives hold kubectl-vm, and the LICENSE once the repository has one.
+extra=()
+if [[ -f $root/LICENSE ]]; then extra+=(LICENSE); fi
+files=(kubectl-vm "${extra[@]}")
+entries=$(printf '{from: %s, to: .}, ' "${files[@]}")
+manifest=$(sed -n '/^apiVersion:/,$p' "$root/krew/vm.yaml") # without the template's comment
+manifest=${manifest//'${VERSION}'/$version}
+manifest=${manifest//'${FILES}'/[${entries%, }]}
+for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
+	os=${platform%/*} arch=${platform#*/}
+	archive=kubectl-vm_${os}_${arch}.tar.gz
+	mkdir "$work/$os-$arch"
+	(cd "$root" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch "${GO:-go}" build -trimpath \
+		-ldflags "-s -w -X github.com/vmop/vmop/pkg/version.Version=$version" \
+		-o "$work/$os-$arch/kubectl-vm" ./cmd/kubectl-vm)
+	for f in "${extra[@]}"; do cp "$root/$f" "$work/$os-$arch/"; done
+	# Fixed owner, order and times (gzip -n: no name, no time) make the
+	# archive depend on its contents only.
+	tar -C "$work/$os-$arch" --sort=name --owner=0 --group=0 --numeric-owner \
+		--mtime=@0 -cf - "${files[@]}" | gzip -n -9 >"$dist/$archive"
+	sum=$(sha256sum "$dist/$archive" | cut -d' ' -f1)
+	manifest=${manifest//"\${SHA256_${os}_${arch}}"/$sum}
+	echo "$dist/$archive $sum"
+done
+if grep -n '\${' <<<"$manifest" >&2; then
+	echo "$0: krew/vm.yaml has placeholders that no build filled in (above)" >&2
+	exit 1
+fi
+printf '%s\n' "$manifest" >"$dist/vm.yaml"
+echo "$dist/vm.yaml"
