@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -289,4 +291,25 @@ func (e *Env) bindClaims(t testing.TB, name string) {
 		_, err := claims.UpdateStatus(t.Context(), &pvc, metav1.UpdateOptions{})
 		require.NoError(t, err, "claim %s", pvc.Name)
 	}
+}
+
+// Result is what a command printed and returned.
+type Result struct {
+	Stdout, Stderr string
+	Err            error
+}
+
+// Run runs "kubectl vm ARGS" against e with the command that newCmd makes
+// (given kubectl's flags and the streams) as the only subcommand, so that
+// a test can hand it e's clock.
+func (e *Env) Run(t *testing.T, newCmd func(*genericclioptions.ConfigFlags, genericiooptions.IOStreams) *cobra.Command, args ...string) Result {
+	t.Helper()
+	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
+	root := &cobra.Command{Use: "vm", SilenceUsage: true, SilenceErrors: true}
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.AddFlags(root.PersistentFlags())
+	root.AddCommand(newCmd(flags, streams))
+	root.SetArgs(append([]string{"--kubeconfig", e.Kubeconfig}, args...))
+	err := root.ExecuteContext(t.Context())
+	return Result{Stdout: out.String(), Stderr: errOut.String(), Err: err}
 }

@@ -19,31 +19,20 @@ import (
 
 	"github.com/vmop/vmop/internal/golden"
 	"github.com/vmop/vmop/internal/testcluster"
-	"github.com/vmop/vmop/pkg/cmd/list"
 	"github.com/vmop/vmop/internal/vmtest"
+	"github.com/vmop/vmop/pkg/cmd/list"
 	"github.com/vmop/vmop/pkg/cmd/vm"
 )
 
 // Golden files: testdata/list/<case>.txt; rewrite them with
 // "go test ./pkg/cmd/list -update".
 
-type result struct {
-	stdout, stderr string
-	err            error
-}
-
 // run runs "kubectl vm ARGS" against e, with e's clock.
-func run(t *testing.T, e *vmtest.Env, args ...string) result {
+func run(t *testing.T, e *vmtest.Env, args ...string) vmtest.Result {
 	t.Helper()
-	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
-	// As vm.NewCmd makes it, but for the clock.
-	root := &cobra.Command{Use: "vm", SilenceUsage: true, SilenceErrors: true}
-	flags := genericclioptions.NewConfigFlags(false)
-	flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(list.NewCmdWithClock("kubectl vm", flags, streams, e.Now))
-	root.SetArgs(append([]string{"--kubeconfig", e.Kubeconfig}, args...))
-	err := root.ExecuteContext(t.Context())
-	return result{stdout: out.String(), stderr: errOut.String(), err: err}
+	return e.Run(t, func(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+		return list.NewCmdWithClock("kubectl vm", flags, streams, e.Now)
+	}, args...)
 }
 
 // listObject is what -o json and -o yaml print.
@@ -66,28 +55,28 @@ func TestList(t *testing.T) {
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			r := run(t, e, tc.args...)
-			require.NoError(t, r.err)
-			require.Empty(t, r.stderr)
-			golden.Assert(t, filepath.Join("testdata", "list", tc.golden+".txt"), []byte(r.stdout))
+			require.NoError(t, r.Err)
+			require.Empty(t, r.Stderr)
+			golden.Assert(t, filepath.Join("testdata", "list", tc.golden+".txt"), []byte(r.Stdout))
 		})
 	}
 
 	t.Run("empty", func(t *testing.T) {
 		r := run(t, e, "-n", "default", "list")
-		require.NoError(t, r.err)
-		require.Empty(t, r.stdout)
-		require.Equal(t, "No VMs found in default namespace.\n", r.stderr)
+		require.NoError(t, r.Err)
+		require.Empty(t, r.Stdout)
+		require.Equal(t, "No VMs found in default namespace.\n", r.Stderr)
 		r = run(t, e, "-n", "default", "list", "-o", "json")
-		require.NoError(t, r.err)
-		require.Empty(t, r.stderr)
-		require.JSONEq(t, `{"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": []}`, r.stdout)
+		require.NoError(t, r.Err)
+		require.Empty(t, r.Stderr)
+		require.JSONEq(t, `{"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": []}`, r.Stdout)
 	})
 
 	t.Run("json and yaml", func(t *testing.T) {
 		r := run(t, e, "-n", vmtest.Namespace, "list", "-o", "json")
-		require.NoError(t, r.err)
+		require.NoError(t, r.Err)
 		var fromJSON listObject
-		require.NoError(t, json.Unmarshal([]byte(r.stdout), &fromJSON))
+		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &fromJSON))
 		require.Equal(t, "v1", fromJSON.APIVersion)
 		require.Equal(t, "List", fromJSON.Kind)
 		var kinds []string
@@ -101,9 +90,9 @@ func TestList(t *testing.T) {
 		require.Equal(t, 2.0, fromJSON.Items[0]["status"].(map[string]any)["cpus"])
 
 		r = run(t, e, "-n", vmtest.Namespace, "list", "-o", "yaml")
-		require.NoError(t, r.err)
+		require.NoError(t, r.Err)
 		var fromYAML listObject
-		require.NoError(t, yaml.Unmarshal([]byte(r.stdout), &fromYAML))
+		require.NoError(t, yaml.Unmarshal([]byte(r.Stdout), &fromYAML))
 		if diff := cmp.Diff(fromJSON, fromYAML); diff != "" {
 			t.Errorf("-o json and -o yaml differ (-json +yaml):\n%s", diff)
 		}

@@ -11,31 +11,20 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/vmop/vmop/internal/golden"
-	"github.com/vmop/vmop/pkg/cmd/status"
 	"github.com/vmop/vmop/internal/vmtest"
+	"github.com/vmop/vmop/pkg/cmd/status"
 	"github.com/vmop/vmop/pkg/cmd/vm"
 )
 
 // Golden files: testdata/status/<case>.txt; rewrite them with
 // "go test ./pkg/cmd/status -update".
 
-type result struct {
-	stdout, stderr string
-	err            error
-}
-
 // run runs "kubectl vm status ARGS" against e, with e's clock.
-func run(t *testing.T, e *vmtest.Env, args ...string) result {
+func run(t *testing.T, e *vmtest.Env, args ...string) vmtest.Result {
 	t.Helper()
-	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
-	// As vm.NewCmd makes it, but for the clock.
-	root := &cobra.Command{Use: "vm", SilenceUsage: true, SilenceErrors: true}
-	flags := genericclioptions.NewConfigFlags(false)
-	flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(status.NewCmdWithClock("kubectl vm", flags, streams, e.Now))
-	root.SetArgs(append([]string{"--kubeconfig", e.Kubeconfig, "status"}, args...))
-	err := root.ExecuteContext(t.Context())
-	return result{stdout: out.String(), stderr: errOut.String(), err: err}
+	return e.Run(t, func(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+		return status.NewCmdWithClock("kubectl vm", flags, streams, e.Now)
+	}, append([]string{"status"}, args...)...)
 }
 
 func TestStatus(t *testing.T) {
@@ -48,9 +37,9 @@ func TestStatus(t *testing.T) {
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			r := run(t, e, "-n", tc.namespace, tc.vm)
-			require.NoError(t, r.err)
-			require.Empty(t, r.stderr)
-			golden.Assert(t, filepath.Join("testdata", "status", tc.golden+".txt"), []byte(r.stdout))
+			require.NoError(t, r.Err)
+			require.Empty(t, r.Stderr)
+			golden.Assert(t, filepath.Join("testdata", "status", tc.golden+".txt"), []byte(r.Stdout))
 		})
 	}
 
@@ -58,8 +47,8 @@ func TestStatus(t *testing.T) {
 	t.Run("gitops-no-configmap", func(t *testing.T) {
 		require.NoError(t, e.Kube.CoreV1().ConfigMaps(vmtest.OtherNamespace).Delete(t.Context(), vmtest.Server, metav1.DeleteOptions{}))
 		r := run(t, e, "-n", vmtest.OtherNamespace, vmtest.Server)
-		require.NoError(t, r.err)
-		golden.Assert(t, filepath.Join("testdata", "status", "gitops-no-configmap.txt"), []byte(r.stdout))
+		require.NoError(t, r.Err)
+		golden.Assert(t, filepath.Join("testdata", "status", "gitops-no-configmap.txt"), []byte(r.Stdout))
 	})
 
 	// Errors come through the plugin's own root command, which also shows
