@@ -330,16 +330,30 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 			r.status.Booted = l.agentConnected
 			r.report(ctx)
 		}
-	case qmp.EventSpiceInitialized, qmp.EventSpiceDisconnected:
+	case qmp.EventSpiceInitialized:
 		client, _ := ev.Data["client"].(map[string]any)
 		if ct, _ := client["channel-type"].(float64); ct != 1 {
 			return // only the main channel stands for a viewer
 		}
-		host, _ := client["host"].(string)
-		if ev.Name == qmp.EventSpiceDisconnected {
-			host = ""
-		}
-		r.status.ConsoleClient = host
+		r.status.ConsoleClient, _ = client["host"].(string)
 		r.report(ctx)
+	case qmp.EventSpiceDisconnected:
+		// The event does not say which channel closed: ask which main
+		// channel, if any, is still connected.
+		info, err := r.mon.QuerySpice(ctx)
+		if err != nil {
+			r.log.Error("Querying SPICE clients", "err", err)
+			return
+		}
+		client := ""
+		for _, c := range info.Channels {
+			if c.ChannelType == 1 {
+				client = c.Host
+			}
+		}
+		if client != r.status.ConsoleClient {
+			r.status.ConsoleClient = client
+			r.report(ctx)
+		}
 	}
 }

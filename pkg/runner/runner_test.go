@@ -475,6 +475,12 @@ func (r *statusRecorder) Report(_ context.Context, s runner.Status) {
 }
 func (*statusRecorder) SetStopped(context.Context) error { return nil }
 
+func (r *statusRecorder) last() runner.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.statuses[len(r.statuses)-1]
+}
+
 func (r *statusRecorder) seen(f func(runner.Status) bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -482,7 +488,8 @@ func (r *statusRecorder) seen(f func(runner.Status) bool) bool {
 }
 
 // TestStatusReports: what the runner observes reaches its Reporter: the
-// VM running, CPUs, the password serial, and a SPICE client connecting.
+// VM running, CPUs, the password serial, and a SPICE client connecting
+// and leaving.
 func TestStatusReports(t *testing.T) {
 	v := newVM(t, strings.Replace(firmwareVM, "powerdownTimeout: 30", "powerdownTimeout: 1", 1))
 	v.writeFile("display-password", "pw")
@@ -509,6 +516,13 @@ func TestStatusReports(t *testing.T) {
 	eventually(t, 10*time.Second, func() error {
 		if !rec.seen(func(s runner.Status) bool { return s.ConsoleClient == "127.0.0.1" }) {
 			return errors.New("no status with the console client")
+		}
+		return nil
+	})
+	// Login closed its connection.
+	eventually(t, 10*time.Second, func() error {
+		if c := rec.last().ConsoleClient; c != "" {
+			return fmt.Errorf("console client %q after it left", c)
 		}
 		return nil
 	})

@@ -21,6 +21,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/cmd/cdrom"
 	"github.com/vmop/vmop/pkg/cmd/completion"
+	"github.com/vmop/vmop/pkg/cmd/console"
 	"github.com/vmop/vmop/pkg/cmd/install"
 	"github.com/vmop/vmop/pkg/cmd/list"
 	"github.com/vmop/vmop/pkg/cmd/render"
@@ -100,6 +101,7 @@ kustomize/kpt KRM function that renders the VirtualMachines of the list.`,
 	cmd.AddCommand(reset.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(set.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(cdrom.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(console.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(completion.NewCmd(name, streams))
 	cmd.AddCommand(newVersionCmd(name, configFlags, streams))
 	return cmd
