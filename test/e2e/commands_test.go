@@ -131,19 +131,36 @@ func TestCommands(t *testing.T) {
 		run(t, "reset", "-n", ns, "g1")
 		require.EqualValues(t, 1, e.runnerConfig(t, ns, "g1").ResetCounter)
 
+		pod := e.pod(t, ns, "g1-0")
+		out, errOut = run(t, "restart", "-n", ns, "g1", "--wait", "--timeout", "60s")
+		require.Contains(t, out, "g1: Running")
+		require.Empty(t, errOut, "a restart leaves what Git says alone")
+		require.NotEqual(t, pod.UID, e.pod(t, ns, "g1-0").UID, "a new pod")
+
 		out, _ = run(t, "stop", "-n", ns, "g1", "--wait", "--timeout", "60s")
 		require.Contains(t, out, "g1: Stopped")
 		require.EqualValues(t, 0, *e.statefulSet(t, ns, "g1").Spec.Replicas)
 	})
 
-	t.Run("errors", func(t *testing.T) {
-		require.Contains(t, fail(t, "start", "-n", "default", "nope"), `virtual machine "nope" not found in namespace "default"`)
-		msg := fail(t, "--server", "https://127.0.0.1:1", "--insecure-skip-tls-verify", "start", "nope")
-		require.Contains(t, msg, "cannot reach the cluster at https://127.0.0.1:1")
-		require.NotContains(t, msg, "\n", "one line")
-		msg = fail(t, "--as", "nobody", "stop", "-n", "default", "nope")
-		require.Contains(t, msg, `User "nobody" cannot get resource "vms"`)
-		require.Contains(t, msg, "ask a cluster administrator")
+	t.Run("errors of every command", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"start", "nope"}, {"stop", "nope"}, {"restart", "nope"}, {"reset", "nope"},
+			{"set", "nope", "--cpus", "1"}, {"cdrom", "nope", "eject"}, {"status", "nope"}, {"console", "nope", "--print-vv"},
+		} {
+			name := strings.Join(args, " ")
+			msg := fail(t, append([]string{"-n", "default"}, args...)...)
+			require.Contains(t, msg, `virtual machine "nope" not found in namespace "default"`, name)
+
+			msg = fail(t, append([]string{"--server", "https://127.0.0.1:1", "--insecure-skip-tls-verify"}, args...)...)
+			require.Contains(t, msg, "cannot reach the cluster at https://127.0.0.1:1", name)
+			require.NotContains(t, msg, "\n", "%s: one line", name)
+
+			msg = fail(t, append([]string{"--as", "nobody", "-n", "default"}, args...)...)
+			require.Contains(t, msg, `User "nobody" cannot get resource "vms"`, name)
+			require.Contains(t, msg, "ask a cluster administrator", name)
+		}
+		msg := fail(t, "--as", "nobody", "list", "-n", "default")
+		require.Contains(t, msg, `User "nobody" cannot list resource "vms"`)
 	})
 
 	t.Run("kubectl finds the plugin", func(t *testing.T) {
