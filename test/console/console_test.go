@@ -373,6 +373,33 @@ func TestConsole(t *testing.T) {
 		require.True(t, ok)
 	})
 
+	t.Run("GitOps mode", func(t *testing.T) {
+		// Only rendered objects: no VirtualMachine, so no status to wait
+		// for. The SPICE login itself is the runner's, tested above.
+		var g v1.VirtualMachine
+		require.NoError(t, yaml.UnmarshalStrict([]byte(fmt.Sprintf(vmManifest, "gitops", port)), &g))
+		gobjs, err := render.Render(&g, render.Options{})
+		require.NoError(t, err)
+		_, err = e.kube.AppsV1().StatefulSets(ns).Create(ctx, gobjs.StatefulSet, metav1.CreateOptions{})
+		require.NoError(t, err)
+		e.exposeService(gobjs)
+		e.createDisplaySecret(g.Name)
+		e.runPod(g.Name)
+
+		out, errOut, err := e.plugin(ctx, "console", g.Name, "--print-vv", "--expiry", "20s")
+		require.NoError(t, err, "stderr: %s", errOut)
+		require.Contains(t, errOut, "has no VirtualMachine (GitOps mode)")
+		require.Equal(t, "127.0.0.1", vvKey(t, out, "host"))
+		require.Equal(t, fmt.Sprint(port), vvKey(t, out, "port"))
+		s, err := e.kube.CoreV1().Secrets(ns).Get(ctx, render.DisplaySecretName(g.Name), metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, vvKey(t, out, "password"), string(s.Data[runnerconfig.DisplayPasswordFile]))
+		require.Equal(t, "+20", string(s.Data[runnerconfig.PasswordExpiryFile]))
+		pod, err := e.kube.CoreV1().Pods(ns).Get(ctx, g.Name+"-0", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, s.ResourceVersion, pod.Annotations[console.AnnotationPasswordSerial], "the kubelet is nudged to refresh the Secret")
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		fail := func(args ...string) string {
 			t.Helper()
