@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/util/retry"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/cmd/completion"
@@ -76,19 +77,28 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("%s is not running: nothing to reset", o.Name)
 	}
 	if vm.Mode == vmclient.ModeOperator {
-		n, ferr := vm.VM.ResetCounter()
-		if ferr != nil {
-			return fmt.Errorf("%s: %s", o.Name, ferr.Error())
-		}
-		// The resourceVersion makes a concurrent reset fail, not vanish.
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"resourceVersion": vm.Object.GetResourceVersion(),
-			"annotations":     map[string]string{v1.AnnotationResetCounter: strconv.FormatInt(n+1, 10)},
-		}})
-		if err != nil {
+		// The resourceVersion keeps two resets at once from counting as
+		// one; a conflict (with those, or with the operator's status
+		// writes) is tried again on the new version.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := c.Get(ctx, o.Name)
+			if err != nil {
+				return err
+			}
+			n, ferr := cur.VM.ResetCounter()
+			if ferr != nil {
+				return fmt.Errorf("%s: %s", o.Name, ferr.Error())
+			}
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+				"resourceVersion": cur.Object.GetResourceVersion(),
+				"annotations":     map[string]string{v1.AnnotationResetCounter: strconv.FormatInt(n+1, 10)},
+			}})
+			if err != nil {
+				return err
+			}
+			_, err = c.VMs(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: vmclient.FieldManager})
 			return err
-		}
-		_, err = c.VMs(vm.Namespace).Patch(ctx, vm.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: vmclient.FieldManager})
+		})
 		if err != nil {
 			return c.Explain(err)
 		}
