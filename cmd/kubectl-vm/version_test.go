@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,20 +20,7 @@ func TestVersionClient(t *testing.T) {
 
 // TestVersionUnreachable: a cluster that cannot be asked is a warning.
 func TestVersionUnreachable(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters:
-- name: gone
-  cluster: {server: "https://127.0.0.1:1"}
-contexts:
-- name: gone
-  context: {cluster: gone, user: gone}
-users:
-- name: gone
-  user: {token: x}
-current-context: gone
-`), 0o600))
+	kubeconfig := testcluster.UnreachableKubeconfig(t)
 	r := runCmdEnv(t, []string{"KUBECONFIG=" + kubeconfig}, "", t.TempDir(), kubectl(t), "vm", "version")
 	require.Zero(t, r.code, r.stderr)
 	require.Equal(t, "kubectl-vm "+testVersion+"\n", r.stdout)

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/internal/testcluster"
 )
 
 // The operator runs as a process in test/e2e; these cases check the flags
@@ -24,7 +26,7 @@ func TestFlagErrors(t *testing.T) {
 	} {
 		var stderr bytes.Buffer
 		cmd := NewCmd(&stderr)
-		cmd.SetArgs(append(tc.args, "--kubeconfig", "testdata/kubeconfig"))
+		cmd.SetArgs(append(tc.args, "--kubeconfig", testcluster.UnreachableKubeconfig(t)))
 		if tc.args[0] == "--kubeconfig" {
 			cmd.SetArgs(tc.args)
 		}

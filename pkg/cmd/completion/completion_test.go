@@ -2,7 +2,6 @@ package completion_test
 
 import (
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -139,20 +138,7 @@ func TestOnAPIServer(t *testing.T) {
 // TestUnreachable: a cluster that does not answer gives no completions,
 // and no error, right away.
 func TestUnreachable(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters:
-- name: gone
-  cluster: {server: "https://127.0.0.1:1"}
-contexts:
-- name: gone
-  context: {cluster: gone, user: gone}
-users:
-- name: gone
-  user: {token: x}
-current-context: gone
-`), 0o600))
+	kubeconfig := testcluster.UnreachableKubeconfig(t)
 	start := time.Now()
 	require.Empty(t, complete(t, "--kubeconfig", kubeconfig, "many", ""))
 	require.Empty(t, complete(t, "--kubeconfig", kubeconfig, "-n", ""))
