@@ -19,7 +19,7 @@ import (
 )
 
 // applyObjects writes each rendered object whose render hash or owner
-// differs from the cluster's, and returns how many it wrote.
+// differs from the cluster's.
 func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects) error {
 	owner := ownerReference(vm)
 	for _, obj := range objs.List() {
@@ -80,7 +80,7 @@ func nilIfAbsent[T any, P interface {
 	*T
 	metav1.Object
 }](obj P, err error) (metav1.Object, error) {
-	if isNotFound(err) {
+	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -319,6 +318,3 @@ func (c *Controller) scopeOf(ns string) *scope {
 	}
 	return c.scopes[metav1.NamespaceAll]
 }
-
-// isNotFound hides the lister's not-found error behind a nil object.
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -27,7 +27,7 @@ import (
 func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
 	s := c.scopeOf(key.Namespace)
 	obj, err := s.vms.ByNamespace(key.Namespace).Get(key.Name)
-	if isNotFound(err) {
+	if apierrors.IsNotFound(err) {
 		// The garbage collector removes what it owned.
 		c.written.forgetVM(key.Namespace, key.Name, render.CloudInitSecretName(key.Name), render.DisplaySecretName(key.Name))
 		return 0, nil

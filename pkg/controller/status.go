@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -39,14 +40,14 @@ type opStatus struct {
 func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects) (opStatus, time.Duration, error) {
 	s := c.scopeOf(vm.Namespace)
 	sts, err := s.statefulSets.StatefulSets(vm.Namespace).Get(vm.Name)
-	if isNotFound(err) {
+	if apierrors.IsNotFound(err) {
 		sts, err = nil, nil
 	}
 	if err != nil {
 		return opStatus{}, 0, err
 	}
 	pod, err := s.pods.Pods(vm.Namespace).Get(vm.Name + "-0")
-	if isNotFound(err) {
+	if apierrors.IsNotFound(err) {
 		pod, err = nil, nil
 	}
 	if err != nil {

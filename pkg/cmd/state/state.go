@@ -243,7 +243,7 @@ func (o *Options) shortenGrace(ctx context.Context, vm *vmclient.VM) error {
 		return nil
 	}
 	err := o.client.Kube.CoreV1().Pods(vm.Namespace).Delete(ctx, vm.Name+"-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(o.GracePeriod)})
-	if err != nil && !isNotFound(err) {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return o.client.Explain(err)
 	}
 	return nil
@@ -317,5 +317,3 @@ func runningCondition(vm *vmclient.VM) (metav1.Condition, bool) {
 	}
 	return metav1.Condition{}, false
 }
-
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
