@@ -19,11 +19,11 @@ example:
 ## Every test, after installing what they need (etcd, kube-apiserver,
 ## kube-controller-manager, kwok).
 test: deps vet
-	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 ./...
+	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./...
 
 ## The end-to-end tests alone, on a cluster with controllers and kwok nodes.
 e2e: deps
-	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 ./test/e2e/...
+	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./...t/e2e/...
 
 ## That cluster to try things by hand: prints its KUBECONFIG, runs until Ctrl-C.
 cluster: deps
