@@ -157,8 +157,7 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 	if _, err := rand.Read(pw); err != nil {
 		return "", err
 	}
-	lbl := render.Labels(vm.Name)
-	lbl[render.LabelComponent] = render.ComponentDisplaySecret
+	lbl := render.DisplaySecretLabels(vm.Name)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: vm.Namespace, Labels: lbl,

@@ -218,6 +218,14 @@ func SelectorLabels(vm string) map[string]string {
 // CloudInitSecretName is the name of the VM's cloud-init Secret.
 func CloudInitSecretName(vm string) string { return vm + "-cloud-init" }
 
+// DisplaySecretLabels mark the Secret with a VM's display password, which
+// render never makes: the operator or the console command does.
+func DisplaySecretLabels(vm string) map[string]string {
+	l := Labels(vm)
+	l[LabelComponent] = ComponentDisplaySecret
+	return l
+}
+
 // DisplaySecretName is the conventional name of a VM's display Secret.
 func DisplaySecretName(vm string) string { return vm + "-display-secret" }
 

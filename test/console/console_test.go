@@ -160,8 +160,7 @@ func (e *env) exposeService(objs *render.Objects) {
 // createDisplaySecret makes the Secret that the operator makes for a VM
 // that is to run: a password that has expired, so the display is locked.
 func (e *env) createDisplaySecret(name string) {
-	lbl := render.Labels(name)
-	lbl[render.LabelComponent] = render.ComponentDisplaySecret
+	lbl := render.DisplaySecretLabels(name)
 	_, err := e.kube.CoreV1().Secrets(ns).Create(e.t.Context(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: render.DisplaySecretName(name), Namespace: ns, Labels: lbl},
 		StringData: map[string]string{runnerconfig.DisplayPasswordFile: "initial", runnerconfig.PasswordExpiryFile: "now"},

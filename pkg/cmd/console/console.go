@@ -322,8 +322,7 @@ func (o *Options) displaySecret(ctx context.Context, vm *vmclient.VM) (*corev1.S
 	}
 	secret, err := secrets.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		lbl := render.Labels(vm.Name)
-		lbl[render.LabelComponent] = render.ComponentDisplaySecret
+		lbl := render.DisplaySecretLabels(vm.Name)
 		return &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: vm.Namespace, Labels: lbl},
 			Type:       corev1.SecretTypeOpaque,
