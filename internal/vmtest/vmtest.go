@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmop/vmop/internal/plugintest"
 	"github.com/vmop/vmop/internal/testcluster"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
@@ -293,16 +294,10 @@ func (e *Env) bindClaims(t testing.TB, name string) {
 	}
 }
 
-// Result is what a command printed and returned.
-type Result struct {
-	Stdout, Stderr string
-	Err            error
-}
-
 // Run runs "kubectl vm ARGS" against e with the command that newCmd makes
 // (given kubectl's flags and the streams) as the only subcommand, so that
 // a test can hand it e's clock.
-func (e *Env) Run(t *testing.T, newCmd func(*genericclioptions.ConfigFlags, genericiooptions.IOStreams) *cobra.Command, args ...string) Result {
+func (e *Env) Run(t *testing.T, newCmd func(*genericclioptions.ConfigFlags, genericiooptions.IOStreams) *cobra.Command, args ...string) plugintest.Result {
 	t.Helper()
 	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
 	root := &cobra.Command{Use: "vm", SilenceUsage: true, SilenceErrors: true}
@@ -311,5 +306,5 @@ func (e *Env) Run(t *testing.T, newCmd func(*genericclioptions.ConfigFlags, gene
 	root.AddCommand(newCmd(flags, streams))
 	root.SetArgs(append([]string{"--kubeconfig", e.Kubeconfig}, args...))
 	err := root.ExecuteContext(t.Context())
-	return Result{Stdout: out.String(), Stderr: errOut.String(), Err: err}
+	return plugintest.Result{Stdout: out.String(), Stderr: errOut.String(), Err: err}
 }

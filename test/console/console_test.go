@@ -8,7 +8,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,18 +25,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmop/vmop/internal/plugintest"
 	"github.com/vmop/vmop/internal/spicetest"
 	"github.com/vmop/vmop/internal/testcluster"
 	"github.com/vmop/vmop/internal/testguest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/cmd/console"
-	"github.com/vmop/vmop/pkg/cmd/vm"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/render"
@@ -100,11 +98,8 @@ func newEnv(t *testing.T) *env {
 
 // plugin runs "kubectl vm" in this process against the cluster.
 func (e *env) plugin(ctx context.Context, args ...string) (stdout, stderr string, err error) {
-	var out, errOut bytes.Buffer
-	cmd := vm.NewCmd("kubectl vm", genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	cmd.SetArgs(append([]string{"--kubeconfig", e.c.Kubeconfig, "-n", ns}, args...))
-	err = cmd.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
+	r := plugintest.Run(ctx, "", append([]string{"--kubeconfig", e.c.Kubeconfig, "-n", ns}, args...)...)
+	return r.Stdout, r.Stderr, r.Err
 }
 
 // createVM creates the VirtualMachine of manifest and returns it decoded.

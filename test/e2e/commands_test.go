@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -15,11 +14,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmop/vmop/internal/plugintest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/cmd/vm"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
@@ -29,11 +27,8 @@ var stoppedVM = strings.Replace(runningVM, "state: Running", "state: Stopped", 1
 
 // plugin runs "kubectl vm" in this process against the cluster.
 func (e *env) plugin(ctx context.Context, args ...string) (stdout, stderr string, err error) {
-	var out, errOut bytes.Buffer
-	cmd := vm.NewCmd("kubectl vm", genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	cmd.SetArgs(append([]string{"--kubeconfig", e.c.Kubeconfig}, args...))
-	err = cmd.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
+	r := plugintest.Run(ctx, "", append([]string{"--kubeconfig", e.c.Kubeconfig}, args...)...)
+	return r.Stdout, r.Stderr, r.Err
 }
 
 // TestCommands runs the plugin's everyday commands in both modes: with

@@ -17,15 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 
 	"github.com/vmop/vmop/internal/golden"
+	"github.com/vmop/vmop/internal/plugintest"
 	"github.com/vmop/vmop/internal/testcluster"
-	"github.com/vmop/vmop/pkg/cmd/vm"
 	"github.com/vmop/vmop/pkg/manifest"
 )
 
@@ -35,19 +34,10 @@ import (
 // testImage makes the output independent of the version of the build.
 const testImage = "ghcr.io/vmop/vm-operator:v0.0.0-test"
 
-type cmdResult struct {
-	stdout, stderr string
-	err            error
-}
-
-// run runs "kubectl vm ARGS" in-process with test streams.
-func run(t *testing.T, args ...string) cmdResult {
+// run runs "kubectl vm ARGS" in-process.
+func run(t *testing.T, args ...string) plugintest.Result {
 	t.Helper()
-	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
-	cmd := vm.NewCmd("kubectl vm", streams)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return cmdResult{stdout: out.String(), stderr: errOut.String(), err: err}
+	return plugintest.Run(t.Context(), "", args...)
 }
 
 // docs decodes a YAML stream.
@@ -69,36 +59,36 @@ func docs(t *testing.T, stream string) []map[string]any {
 
 func TestDryRun(t *testing.T) {
 	r := run(t, "install", "--dry-run", "--image", testImage)
-	require.NoError(t, r.err)
-	require.Empty(t, r.stderr)
-	golden.Assert(t, filepath.Join("testdata", "install", "dry-run.yaml"), []byte(r.stdout))
-	objs := docs(t, r.stdout)
+	require.NoError(t, r.Err)
+	require.Empty(t, r.Stderr)
+	golden.Assert(t, filepath.Join("testdata", "install", "dry-run.yaml"), []byte(r.Stdout))
+	objs := docs(t, r.Stdout)
 	require.Len(t, objs, 11)
 	require.Equal(t, "CustomResourceDefinition", objs[0]["kind"])
 	require.Equal(t, "Deployment", objs[10]["kind"])
 
 	// -n moves everything; nothing else changes.
 	other := run(t, "install", "--dry-run", "--image", testImage, "-n", "vmop")
-	require.NoError(t, other.err)
-	require.Equal(t, strings.ReplaceAll(r.stdout, "vmop-system", "vmop"), other.stdout)
+	require.NoError(t, other.Err)
+	require.Equal(t, strings.ReplaceAll(r.Stdout, "vmop-system", "vmop"), other.Stdout)
 }
 
 // TestDryRunJSON: a v1 List of the objects of the YAML golden file (no
 // golden file of its own: it would be the same, three times the size).
 func TestDryRunJSON(t *testing.T) {
 	r := run(t, "install", "--dry-run", "--image", testImage, "-o", "json")
-	require.NoError(t, r.err)
+	require.NoError(t, r.Err)
 	var list struct {
 		APIVersion string           `json:"apiVersion"`
 		Kind       string           `json:"kind"`
 		Items      []map[string]any `json:"items"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &list))
 	require.Equal(t, "v1", list.APIVersion)
 	require.Equal(t, "List", list.Kind)
 	y := run(t, "install", "--dry-run", "--image", testImage)
-	require.NoError(t, y.err)
-	if diff := cmp.Diff(docs(t, y.stdout), list.Items); diff != "" {
+	require.NoError(t, y.Err)
+	if diff := cmp.Diff(docs(t, y.Stdout), list.Items); diff != "" {
 		t.Errorf("-o json and -o yaml differ (-yaml +json):\n%s", diff)
 	}
 }
@@ -119,8 +109,8 @@ func TestErrors(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := run(t, append([]string{"install"}, tc.args...)...)
-			require.ErrorContains(t, r.err, tc.err)
-			require.Empty(t, r.stdout)
+			require.ErrorContains(t, r.Err, tc.err)
+			require.Empty(t, r.Stdout)
 		})
 	}
 }
@@ -130,17 +120,17 @@ func TestUnreachable(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, nil, 0o600))
 	r := run(t, "--kubeconfig", kubeconfig, "--server", "https://127.0.0.1:1", "install")
-	require.Error(t, r.err)
-	require.Regexp(t, `^cannot reach the Kubernetes API server at https://127.0.0.1:1: dial tcp 127.0.0.1:1: .*connection refused$`, r.err.Error())
-	require.Empty(t, r.stdout)
+	require.Error(t, r.Err)
+	require.Regexp(t, `^cannot reach the Kubernetes API server at https://127.0.0.1:1: dial tcp 127.0.0.1:1: .*connection refused$`, r.Err.Error())
+	require.Empty(t, r.Stdout)
 }
 
 func TestHelp(t *testing.T) {
 	r := run(t, "install", "--help")
-	require.NoError(t, r.err)
-	require.Contains(t, r.stdout, "Usage:\n  kubectl vm install [flags]")
-	require.Contains(t, r.stdout, "kubectl vm install --dry-run > vmop-install.yaml")
-	require.Contains(t, r.stdout, "ghcr.io/vmop/vm-operator:")
+	require.NoError(t, r.Err)
+	require.Contains(t, r.Stdout, "Usage:\n  kubectl vm install [flags]")
+	require.Contains(t, r.Stdout, "kubectl vm install --dry-run > vmop-install.yaml")
+	require.Contains(t, r.Stdout, "ghcr.io/vmop/vm-operator:")
 }
 
 var applied = []string{
@@ -169,13 +159,13 @@ func TestInstallOnAPIServer(t *testing.T) {
 
 	// Someone without rights learns which object was refused and why.
 	r := run(t, append(kubectl, "--as", "someone", "install")...)
-	require.Error(t, r.err)
-	require.Regexp(t, `^apply customresourcedefinition.apiextensions.k8s.io/vms.vmoperator.jdrupes.org: .*forbidden: User "someone" cannot patch .*: this needs cluster-admin-like rights`, r.err.Error())
+	require.Error(t, r.Err)
+	require.Regexp(t, `^apply customresourcedefinition.apiextensions.k8s.io/vms.vmoperator.jdrupes.org: .*forbidden: User "someone" cannot patch .*: this needs cluster-admin-like rights`, r.Err.Error())
 
 	for range 2 { // the second run changes nothing and succeeds as well
 		r := run(t, append(kubectl, "install", "--image", testImage)...)
-		require.NoError(t, r.err, r.stderr)
-		require.Equal(t, want.String(), r.stdout)
+		require.NoError(t, r.Err, r.Stderr)
+		require.Equal(t, want.String(), r.Stdout)
 	}
 
 	dyn, err := dynamic.NewForConfig(c.Config)
@@ -183,7 +173,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
 	require.NoError(t, err)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	for _, obj := range docs(t, run(t, "install", "--dry-run", "--image", testImage).stdout) {
+	for _, obj := range docs(t, run(t, "install", "--dry-run", "--image", testImage).Stdout) {
 		u := unstructured.Unstructured{Object: obj}
 		gvk := u.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -205,8 +195,8 @@ func TestInstallOnAPIServer(t *testing.T) {
 	// No controller manager runs, so the Deployment never becomes
 	// available by itself.
 	r = run(t, append(kubectl, "install", "--image", testImage, "--wait", "--timeout", "2s")...)
-	require.EqualError(t, r.err, "deployment.apps/vm-operator is not available yet, giving up (see --timeout)")
-	require.Equal(t, want.String(), r.stdout)
+	require.EqualError(t, r.Err, "deployment.apps/vm-operator is not available yet, giving up (see --timeout)")
+	require.Equal(t, want.String(), r.Stdout)
 
 	// What the Deployment controller would write once the pod is ready.
 	deployments := dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace("vmop-system")
@@ -216,6 +206,6 @@ func TestInstallOnAPIServer(t *testing.T) {
 	_, err = deployments.Patch(ctx, "vm-operator", types.MergePatchType, []byte(status), metav1.PatchOptions{}, "status")
 	require.NoError(t, err)
 	r = run(t, append(kubectl, "install", "--image", testImage, "--wait")...)
-	require.NoError(t, r.err)
-	require.Equal(t, want.String()+"deployment.apps/vm-operator available\n", r.stdout)
+	require.NoError(t, r.Err)
+	require.Equal(t, want.String()+"deployment.apps/vm-operator available\n", r.Stdout)
 }

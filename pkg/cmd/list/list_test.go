@@ -18,17 +18,17 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/vmop/vmop/internal/golden"
+	"github.com/vmop/vmop/internal/plugintest"
 	"github.com/vmop/vmop/internal/testcluster"
 	"github.com/vmop/vmop/internal/vmtest"
 	"github.com/vmop/vmop/pkg/cmd/list"
-	"github.com/vmop/vmop/pkg/cmd/vm"
 )
 
 // Golden files: testdata/list/<case>.txt; rewrite them with
 // "go test ./pkg/cmd/list -update".
 
 // run runs "kubectl vm ARGS" against e, with e's clock.
-func run(t *testing.T, e *vmtest.Env, args ...string) vmtest.Result {
+func run(t *testing.T, e *vmtest.Env, args ...string) plugintest.Result {
 	t.Helper()
 	return e.Run(t, func(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 		return list.NewCmdWithClock("kubectl vm", flags, streams, e.Now)
@@ -112,13 +112,10 @@ func TestList(t *testing.T) {
 			`vms.vmoperator.jdrupes.org is forbidden: User "nobody" cannot list resource "vms" in API group "vmoperator.jdrupes.org" at the cluster scope; ask a cluster administrator for that right`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			streams, _, out, _ := genericiooptions.NewTestIOStreams()
-			cmd := vm.NewCmd("kubectl vm", streams)
-			cmd.SetArgs(append([]string{"--kubeconfig", e.Kubeconfig}, tc.args...))
-			err := cmd.ExecuteContext(t.Context())
-			require.Error(t, err)
-			require.Equal(t, tc.err, err.Error())
-			require.Empty(t, out.String())
+			r := plugintest.Run(t.Context(), "", append([]string{"--kubeconfig", e.Kubeconfig}, tc.args...)...)
+			require.Error(t, r.Err)
+			require.Equal(t, tc.err, r.Err.Error())
+			require.Empty(t, r.Stdout)
 		})
 	}
 
@@ -181,11 +178,10 @@ func withoutLastColumn(table string) []string {
 
 // TestHelp: the help shows how it is called, with examples.
 func TestHelp(t *testing.T) {
-	streams, _, out, _ := genericiooptions.NewTestIOStreams()
-	cmd := vm.NewCmd("kubectl vm", streams)
-	cmd.SetArgs([]string{"ls", "--help"})
-	require.NoError(t, cmd.Execute())
-	require.Contains(t, out.String(), "kubectl vm list [flags]")
-	require.Contains(t, out.String(), "kubectl vm ls -A -o wide")
-	require.Contains(t, out.String(), "GitOps mode")
+	r := plugintest.Run(t.Context(), "", "ls", "--help")
+	require.NoError(t, r.Err)
+	out := r.Stdout
+	require.Contains(t, out, "kubectl vm list [flags]")
+	require.Contains(t, out, "kubectl vm ls -A -o wide")
+	require.Contains(t, out, "GitOps mode")
 }

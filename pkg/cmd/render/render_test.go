@@ -12,10 +12,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/vmop/vmop/internal/golden"
-	"github.com/vmop/vmop/pkg/cmd/vm"
+	"github.com/vmop/vmop/internal/plugintest"
 	"github.com/vmop/vmop/pkg/manifest"
 )
 
@@ -23,29 +22,19 @@ import (
 // latter ends with the returned error as "error: ..." (what main prints).
 // Rewrite them with "go test ./pkg/cmd/render -update".
 
-type cmdResult struct {
-	stdout, stderr string
-	err            error
+// run runs "kubectl vm ARGS" in-process with stdin.
+func run(t *testing.T, stdin string, args ...string) plugintest.Result {
+	t.Helper()
+	return plugintest.Run(t.Context(), stdin, args...)
 }
 
-// run runs "kubectl vm ARGS" in-process with test streams.
-func run(t *testing.T, stdin string, args ...string) cmdResult {
+func assertGolden(t *testing.T, name string, r plugintest.Result) {
 	t.Helper()
-	streams, in, out, errOut := genericiooptions.NewTestIOStreams()
-	in.WriteString(stdin)
-	cmd := vm.NewCmd("kubectl vm", streams)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return cmdResult{stdout: out.String(), stderr: errOut.String(), err: err}
-}
-
-func assertGolden(t *testing.T, name string, r cmdResult) {
-	t.Helper()
-	stderr := r.stderr
-	if r.err != nil {
-		stderr += "error: " + r.err.Error() + "\n"
+	stderr := r.Stderr
+	if r.Err != nil {
+		stderr += "error: " + r.Err.Error() + "\n"
 	}
-	golden.Assert(t, filepath.Join("testdata", "render", name+".stdout"), []byte(r.stdout))
+	golden.Assert(t, filepath.Join("testdata", "render", name+".stdout"), []byte(r.Stdout))
 	golden.Assert(t, filepath.Join("testdata", "render", name+".stderr"), []byte(stderr))
 }
 
@@ -65,8 +54,8 @@ func TestRenderCommand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, "", append([]string{"render"}, tc.args...)...)
-			require.NoError(t, r.err, r.stderr)
-			require.NotEmpty(t, r.stdout)
+			require.NoError(t, r.Err, r.Stderr)
+			require.NotEmpty(t, r.Stdout)
 			assertGolden(t, tc.name, r)
 		})
 	}
@@ -76,31 +65,31 @@ func TestRenderStdin(t *testing.T) {
 	data, err := os.ReadFile(inputs + "test-vm.yaml")
 	require.NoError(t, err)
 	r := run(t, string(data), "render", "-f", "-")
-	require.NoError(t, r.err, r.stderr)
+	require.NoError(t, r.Err, r.Stderr)
 	assertGolden(t, "stdin", r)
 	file := run(t, "", "render", "-f", inputs+"test-vm.yaml")
-	require.Equal(t, file.stdout, r.stdout, "stdin and file give the same output")
+	require.Equal(t, file.Stdout, r.Stdout, "stdin and file give the same output")
 }
 
 func TestRenderJSON(t *testing.T) {
 	r := run(t, "", "render", "-o", "json", "-R", "-f", inputs+"dir")
-	require.NoError(t, r.err, r.stderr)
+	require.NoError(t, r.Err, r.Stderr)
 	assertGolden(t, "json", r)
-	require.True(t, json.Valid([]byte(r.stdout)), "valid JSON")
+	require.True(t, json.Valid([]byte(r.Stdout)), "valid JSON")
 	var list struct {
 		APIVersion string           `json:"apiVersion"`
 		Kind       string           `json:"kind"`
 		Items      []map[string]any `json:"items"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &list))
 	require.Equal(t, "v1", list.APIVersion)
 	require.Equal(t, "List", list.Kind)
 
 	// The same objects as the YAML output.
 	y := run(t, "", "render", "-R", "-f", inputs+"dir")
-	require.NoError(t, y.err)
+	require.NoError(t, y.Err)
 	var fromYAML []map[string]any
-	rd := manifest.NewReader(strings.NewReader(y.stdout))
+	rd := manifest.NewReader(strings.NewReader(y.Stdout))
 	for {
 		d, err := rd.Next()
 		if errors.Is(err, io.EOF) {
@@ -117,8 +106,8 @@ func TestRenderJSON(t *testing.T) {
 
 	// An input without objects still gives a valid, empty List.
 	r = run(t, "", "render", "-o", "json", "-f", "-")
-	require.NoError(t, r.err)
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
+	require.NoError(t, r.Err)
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &list))
 	require.Empty(t, list.Items)
 }
 
@@ -126,8 +115,8 @@ func TestRenderJSON(t *testing.T) {
 // namespace of every object of a VM that had none.
 func TestRenderNamespaceSet(t *testing.T) {
 	r := run(t, "", "render", "-n", "other", "-f", inputs+"test-vm.yaml")
-	require.NoError(t, r.err)
-	rd := manifest.NewReader(strings.NewReader(r.stdout))
+	require.NoError(t, r.Err)
+	rd := manifest.NewReader(strings.NewReader(r.Stdout))
 	n := 0
 	for {
 		d, err := rd.Next()
@@ -180,10 +169,10 @@ func TestRenderErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, "", append([]string{"render"}, tc.args...)...)
-			require.Error(t, r.err)
-			require.Contains(t, r.err.Error(), tc.errHas)
-			require.Empty(t, r.stdout, "no partial output")
-			stderrLines := strings.Split(r.stderr, "\n")
+			require.Error(t, r.Err)
+			require.Contains(t, r.Err.Error(), tc.errHas)
+			require.Empty(t, r.Stdout, "no partial output")
+			stderrLines := strings.Split(r.Stderr, "\n")
 			for _, l := range tc.linesIn {
 				require.Contains(t, stderrLines, l)
 			}
@@ -192,7 +181,7 @@ func TestRenderErrors(t *testing.T) {
 	}
 	// The bad-input problem count matches the lines printed.
 	r := run(t, "", "render", "-f", inputs+"bad.yaml")
-	require.Equal(t, strings.Count(r.stderr, "\n"), 4)
+	require.Equal(t, strings.Count(r.Stderr, "\n"), 4)
 }
 
 // TestRenderLeavesNoTempFiles: Run renders into a temporary file first.
@@ -208,7 +197,7 @@ func TestRenderLeavesNoTempFiles(t *testing.T) {
 
 func TestHelpName(t *testing.T) {
 	r := run(t, "", "render", "--help")
-	require.NoError(t, r.err)
-	require.Contains(t, r.stdout, "kubectl vm render -f test-vm.yaml")
-	require.True(t, bytes.Contains([]byte(r.stdout), []byte("Usage:\n  kubectl vm render -f FILENAME")), r.stdout)
+	require.NoError(t, r.Err)
+	require.Contains(t, r.Stdout, "kubectl vm render -f test-vm.yaml")
+	require.True(t, bytes.Contains([]byte(r.Stdout), []byte("Usage:\n  kubectl vm render -f FILENAME")), r.Stdout)
 }

@@ -11,16 +11,16 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/vmop/vmop/internal/golden"
+	"github.com/vmop/vmop/internal/plugintest"
 	"github.com/vmop/vmop/internal/vmtest"
 	"github.com/vmop/vmop/pkg/cmd/status"
-	"github.com/vmop/vmop/pkg/cmd/vm"
 )
 
 // Golden files: testdata/status/<case>.txt; rewrite them with
 // "go test ./pkg/cmd/status -update".
 
 // run runs "kubectl vm status ARGS" against e, with e's clock.
-func run(t *testing.T, e *vmtest.Env, args ...string) vmtest.Result {
+func run(t *testing.T, e *vmtest.Env, args ...string) plugintest.Result {
 	t.Helper()
 	return e.Run(t, func(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 		return status.NewCmdWithClock("kubectl vm", flags, streams, e.Now)
@@ -67,25 +67,21 @@ func TestStatus(t *testing.T) {
 			`vms.vmoperator.jdrupes.org "desktop" is forbidden: User "nobody" cannot get resource "vms" in API group "vmoperator.jdrupes.org" in the namespace "vms"; ask a cluster administrator for that right`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			streams, _, out, _ := genericiooptions.NewTestIOStreams()
-			cmd := vm.NewCmd("kubectl vm", streams)
-			cmd.SetArgs(append([]string{"--kubeconfig", e.Kubeconfig}, tc.args...))
-			err := cmd.ExecuteContext(t.Context())
-			require.Error(t, err)
-			require.Equal(t, tc.err, err.Error())
-			require.NotContains(t, err.Error(), "\n")
-			require.Empty(t, out.String())
+			r := plugintest.Run(t.Context(), "", append([]string{"--kubeconfig", e.Kubeconfig}, tc.args...)...)
+			require.Error(t, r.Err)
+			require.Equal(t, tc.err, r.Err.Error())
+			require.NotContains(t, r.Err.Error(), "\n")
+			require.Empty(t, r.Stdout)
 		})
 	}
 }
 
 // TestHelp: the help shows how it is called, with examples.
 func TestHelp(t *testing.T) {
-	streams, _, out, _ := genericiooptions.NewTestIOStreams()
-	cmd := vm.NewCmd("kubectl vm", streams)
-	cmd.SetArgs([]string{"status", "--help"})
-	require.NoError(t, cmd.Execute())
-	require.Contains(t, out.String(), "kubectl vm status NAME [flags]")
-	require.Contains(t, out.String(), "kubectl vm status test-vm")
-	require.Contains(t, out.String(), "GitOps mode")
+	r := plugintest.Run(t.Context(), "", "status", "--help")
+	require.NoError(t, r.Err)
+	out := r.Stdout
+	require.Contains(t, out, "kubectl vm status NAME [flags]")
+	require.Contains(t, out, "kubectl vm status test-vm")
+	require.Contains(t, out, "GitOps mode")
 }

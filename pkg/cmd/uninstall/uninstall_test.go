@@ -13,31 +13,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/vmop/vmop/internal/plugintest"
 	"github.com/vmop/vmop/internal/testcluster"
-	"github.com/vmop/vmop/pkg/cmd/vm"
 	"github.com/vmop/vmop/pkg/install"
 )
 
-type cmdResult struct {
-	stdout, stderr string
-	err            error
-}
-
-// run runs "kubectl vm ARGS" in-process with test streams.
-func run(t *testing.T, args ...string) cmdResult {
+// run runs "kubectl vm ARGS" in-process.
+func run(t *testing.T, args ...string) plugintest.Result {
 	t.Helper()
-	streams, _, out, errOut := genericiooptions.NewTestIOStreams()
-	cmd := vm.NewCmd("kubectl vm", streams)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return cmdResult{stdout: out.String(), stderr: errOut.String(), err: err}
+	return plugintest.Run(t.Context(), "", args...)
 }
 
 func TestErrors(t *testing.T) {
@@ -51,17 +41,17 @@ func TestErrors(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := run(t, append([]string{"uninstall"}, tc.args...)...)
-			require.ErrorContains(t, r.err, tc.err)
-			require.Empty(t, r.stdout)
+			require.ErrorContains(t, r.Err, tc.err)
+			require.Empty(t, r.Stdout)
 		})
 	}
 }
 
 func TestHelp(t *testing.T) {
 	r := run(t, "uninstall", "--help")
-	require.NoError(t, r.err)
-	require.Contains(t, r.stdout, "Usage:\n  kubectl vm uninstall [flags]")
-	require.Contains(t, r.stdout, "PersistentVolumeClaims, the VMs' disks, are never deleted")
+	require.NoError(t, r.Err)
+	require.Contains(t, r.Stdout, "Usage:\n  kubectl vm uninstall [flags]")
+	require.Contains(t, r.Stdout, "PersistentVolumeClaims, the VMs' disks, are never deleted")
 }
 
 var (
@@ -85,7 +75,7 @@ func TestUninstallOnAPIServer(t *testing.T) {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 
 	r := run(t, append(kubectl, "install")...)
-	require.NoError(t, r.err)
+	require.NoError(t, r.Err)
 	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	createPVC(t, cs, "vms")
@@ -105,8 +95,8 @@ func TestUninstallOnAPIServer(t *testing.T) {
 		fmt.Fprintf(&notFound, "%s not found\n", ref(objs[i]))
 	}
 	r = run(t, append(kubectl, "uninstall")...)
-	require.NoError(t, r.err)
-	require.Equal(t, deleted.String(), r.stdout)
+	require.NoError(t, r.Err)
+	require.Equal(t, deleted.String(), r.Stdout)
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -129,22 +119,22 @@ func TestUninstallOnAPIServer(t *testing.T) {
 	// Again: what is gone is reported as not found. The namespace still
 	// waits for a namespace controller, and deleting it again is no error.
 	r = run(t, append(kubectl, "uninstall")...)
-	require.NoError(t, r.err)
-	require.Equal(t, strings.Replace(notFound.String(), "namespace/vmop-system not found", "namespace/vmop-system deleted", 1), r.stdout)
+	require.NoError(t, r.Err)
+	require.Equal(t, strings.Replace(notFound.String(), "namespace/vmop-system not found", "namespace/vmop-system deleted", 1), r.Stdout)
 
 	// Installing into it before it is gone says why that fails.
 	r = run(t, append(kubectl, "install")...)
-	require.ErrorContains(t, r.err, "apply serviceaccount/vm-operator: ")
-	require.ErrorContains(t, r.err, "because it is being terminated")
-	require.NotContains(t, r.err.Error(), "rights")
+	require.ErrorContains(t, r.Err, "apply serviceaccount/vm-operator: ")
+	require.ErrorContains(t, r.Err, "because it is being terminated")
+	require.NotContains(t, r.Err.Error(), "rights")
 
 	// With the CRD, from a namespace that holds a VM disk itself.
 	r = run(t, append(kubectl, "install", "-n", "vmop")...)
-	require.NoError(t, r.err)
+	require.NoError(t, r.Err)
 	createPVC(t, cs, "vmop")
 	r = run(t, append(kubectl, "uninstall", "-n", "vmop", "--delete-crd", "--yes")...)
-	require.NoError(t, r.err)
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.NoError(t, r.Err)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 	require.Equal(t, "namespace/vmop kept: it holds PersistentVolumeClaims", lines[len(lines)-2])
 	require.Equal(t, "customresourcedefinition.apiextensions.k8s.io/vms.vmoperator.jdrupes.org deleted", lines[len(lines)-1])
 	ns, err := cs.CoreV1().Namespaces().Get(ctx, "vmop", metav1.GetOptions{})
