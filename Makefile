@@ -5,12 +5,22 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X github.com/vmop/vmop/pkg/version.Version=$(VERSION)
 FUZZTIME  ?= 30s
 
-.PHONY: all build test e2e cluster deps bench fuzz generate example vet
+.PHONY: all build test e2e cluster deps bench fuzz generate example vet images push-images
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+## vm-runner, vm-operator and kubectl-vm images as OCI archives in
+## dist/images, tagged VERSION (no container engine needed).
+images:
+	$(GO) run ./hack/images -version $(VERSION) -out dist/images
+
+## The same images, pushed to REGISTRY (e.g. registry.example:5000/vmop).
+push-images:
+	@test -n "$(REGISTRY)" || { echo "usage: make push-images REGISTRY=host[:port]/path"; exit 1; }
+	$(GO) run ./hack/images -version $(VERSION) -out dist/images -push $(REGISTRY)
 
 ## Render the bundled example: no cluster needed.
 example:
@@ -23,7 +33,7 @@ test: deps vet
 
 ## The end-to-end tests alone, on a cluster with controllers and kwok nodes.
 e2e: deps
-	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./...t/e2e/...
+	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./test/e2e/...
 
 ## That cluster to try things by hand: prints its KUBECONFIG, runs until Ctrl-C.
 cluster: deps

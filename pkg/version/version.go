@@ -1,11 +1,27 @@
-// Package version tells which build of vmop is running.
+// Package version tells which build of vmop is running, and so which
+// images belong to it: a plugin, operator or runner of version X works
+// with the images of version X.
 package version
 
-import "runtime/debug"
+import (
+	"runtime/debug"
+	"strings"
+)
 
 // Version is set at build time with
 // -ldflags "-X github.com/vmop/vmop/pkg/version.Version=v0.1.0".
 var Version = ""
+
+// Registry is where vmop's images are published; flags and a VM's
+// spec.image name another (a mirror for air-gapped clusters).
+const Registry = "ghcr.io/vmop"
+
+// Names of vmop's images.
+const (
+	RunnerImage   = "vm-runner"
+	OperatorImage = "vm-operator"
+	FunctionImage = "kubectl-vm"
+)
 
 // Get returns the version of this build: the one set at build time, else
 // the module version that go install recorded, else "devel".
@@ -17,4 +33,28 @@ func Get() string {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// ImageTag is the tag of this build's images: its version, with each
+// character that a tag cannot hold (such as the "+" of "+dirty") made "-".
+// Never "latest": a renderer names the runner it was tested with.
+func ImageTag() string { return Tag(Get()) }
+
+// Tag is the image tag of version v.
+func Tag(v string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-' {
+			return r
+		}
+		return '-'
+	}, v)
+}
+
+// Image is the reference of this build's image name in registry; an empty
+// registry means Registry.
+func Image(registry, name string) string {
+	if registry == "" {
+		registry = Registry
+	}
+	return strings.TrimSuffix(registry, "/") + "/" + name + ":" + ImageTag()
 }

@@ -1,0 +1,190 @@
+package imagebuild
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/version"
+)
+
+// Options say what to build.
+type Options struct {
+	// Module is the directory of vmop's go.mod; the binaries are built
+	// from its cmd/.
+	Module string
+	// Version is the version the binaries report and the images' tag.
+	Version string
+	// Revision is the commit built, for the images' labels.
+	Revision string
+	// Created is the time of that commit: the images' creation time and
+	// the time of every file of theirs that is newer.
+	Created time.Time
+	// Registry names the images; empty means version.Registry.
+	Registry string
+	// RunnerRoot is the vm-runner image's root file system, made by
+	// hack/runner-root.sh.
+	RunnerRoot string
+	// Out is where the archives are written, one <name>.tar each.
+	Out string
+}
+
+// Built is one image written.
+type Built struct {
+	Name    string
+	Ref     name.Tag
+	Archive string
+	Image   v1.Image
+}
+
+// nonRoot is the user of the images that need no privileges, as
+// distroless names it.
+const nonRoot = "65532:65532"
+
+// image is how one of vmop's images is made.
+type image struct {
+	name string
+	// binary is the command of cmd/ that the image runs.
+	binary string
+	// at is where the binary goes in the image.
+	at          string
+	user        string
+	description string
+	// base is the root file system under the binary, if any.
+	base func(o Options, work string) (v1.Layer, error)
+	// dirs are empty directories the image provides as mount points.
+	dirs []string
+}
+
+var images = []image{
+	{
+		name: version.RunnerImage, binary: "vm-runner", at: "usr/local/bin/vm-runner",
+		description: "vm-runner with qemu, OVMF and swtpm from Debian 13: runs one VM in its pod",
+		base: func(o Options, work string) (v1.Layer, error) {
+			if o.RunnerRoot == "" {
+				return nil, fmt.Errorf("no root file system for %s (hack/runner-root.sh makes it)", version.RunnerImage)
+			}
+			return DirLayer(work, o.RunnerRoot, o.Created)
+		},
+		dirs: []string{runnerconfig.ConfigDir, runnerconfig.DataDir, runnerconfig.ImageRepositoryDir},
+	},
+	{
+		name: version.OperatorImage, binary: "vm-operator", at: "vm-operator", user: nonRoot,
+		description: "vm-operator: renders VirtualMachines into StatefulSets and reports their status",
+	},
+	{
+		name: version.FunctionImage, binary: "kubectl-vm", at: "kubectl-vm", user: nonRoot,
+		description: "kubectl-vm as a KRM function: replaces VirtualMachines by their rendered objects",
+	},
+}
+
+// Names are the names of vmop's images.
+func Names() []string {
+	var names []string
+	for _, im := range images {
+		names = append(names, im.name)
+	}
+	return names
+}
+
+// Build builds every image into o.Out.
+func Build(o Options) ([]Built, error) {
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp(o.Out, ".build-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	var built []Built
+	for _, im := range images {
+		b, err := im.build(o, work)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", im.name, err)
+		}
+		built = append(built, b)
+	}
+	return built, nil
+}
+
+func (im image) build(o Options, work string) (Built, error) {
+	v := o.Version
+	if v == "" {
+		v = "devel"
+	}
+	tag := version.Tag(v)
+	registry := o.Registry
+	if registry == "" {
+		registry = version.Registry
+	}
+	ref, err := name.NewTag(strings.TrimSuffix(registry, "/") + "/" + im.name + ":" + tag)
+	if err != nil {
+		return Built{}, err
+	}
+	bin, err := goBuild(o.Module, v, im.binary, work)
+	if err != nil {
+		return Built{}, err
+	}
+	var layers []v1.Layer
+	if im.base != nil {
+		l, err := im.base(o, work)
+		if err != nil {
+			return Built{}, err
+		}
+		layers = append(layers, l)
+	}
+	files := []File{{Path: im.at, Mode: 0o755, Data: bin}}
+	for _, d := range im.dirs {
+		files = append(files, File{Path: d, Mode: fs.ModeDir | 0o755})
+	}
+	l, err := FilesLayer(work, files, o.Created)
+	if err != nil {
+		return Built{}, err
+	}
+	layers = append(layers, l)
+	img, err := Image(layers, Config{
+		Entrypoint: []string{"/" + im.at},
+		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"},
+		User:       im.user,
+		Labels: map[string]string{
+			"org.opencontainers.image.title":       im.name,
+			"org.opencontainers.image.description": im.description,
+			"org.opencontainers.image.version":     tag,
+			"org.opencontainers.image.revision":    o.Revision,
+			"org.opencontainers.image.source":      "https://github.com/vmop/vmop",
+			"org.opencontainers.image.created":     o.Created.UTC().Format(time.RFC3339),
+		},
+	}, o.Created)
+	if err != nil {
+		return Built{}, err
+	}
+	archive := filepath.Join(o.Out, im.name+".tar")
+	if err := WriteArchive(archive, ref, img); err != nil {
+		return Built{}, err
+	}
+	return Built{Name: im.name, Ref: ref, Archive: archive, Image: img}, nil
+}
+
+// goBuild builds cmd/<binary> statically for linux/amd64 and returns it.
+// -trimpath and the commit's build info make it the same on every machine.
+func goBuild(module, v, binary, work string) ([]byte, error) {
+	out := filepath.Join(work, binary)
+	cmd := exec.Command("go", "build", "-trimpath",
+		"-ldflags", "-s -w -X github.com/vmop/vmop/pkg/version.Version="+v,
+		"-o", out, "./cmd/"+binary)
+	cmd.Dir = module
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./cmd/%s: %w\n%s", binary, err, b)
+	}
+	return os.ReadFile(out)
+}
