@@ -3,6 +3,8 @@ package imagebuild
 import (
 	"archive/tar"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -161,4 +163,53 @@ func Sizes(img v1.Image) (Size, error) {
 		s.Total += n
 	}
 	return s, nil
+}
+
+// Unpack writes img's file system (its layers applied in order) into dir,
+// as a container runtime's snapshotter would.
+func Unpack(img v1.Image, dir string) error {
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dir, filepath.Clean("/"+h.Name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(target, os.FileMode(h.Mode).Perm())
+		case tar.TypeSymlink:
+			err = os.Symlink(h.Linkname, target)
+		case tar.TypeLink:
+			err = os.Link(filepath.Join(dir, filepath.Clean("/"+h.Linkname)), target)
+		case tar.TypeReg:
+			err = writeFile(target, tr, os.FileMode(h.Mode).Perm())
+		}
+		if err == nil && h.Typeflag != tar.TypeSymlink {
+			err = os.Lchown(target, h.Uid, h.Gid)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+	}
+}
+
+func writeFile(path string, r io.Reader, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
