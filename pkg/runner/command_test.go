@@ -97,3 +97,27 @@ func TestFirmwareKinds(t *testing.T) {
 	}
 	require.Len(t, firmwareFiles, len(runnerconfig.Firmwares)-1)
 }
+
+// TestFirmwareVarsOfAnotherBuild: variables kept from a firmware build of
+// another size (another runner image) are refused with what to do, rather
+// than handed to qemu; matching ones are kept as they are.
+func TestFirmwareVarsOfAnotherBuild(t *testing.T) {
+	fw, err := firstBuild(firmwareFiles["uefi-4m"])
+	if err != nil {
+		t.Skipf("no OVMF here: %v", err)
+	}
+	dir := t.TempDir()
+	vars := filepath.Join(dir, "fw-vars.fd")
+	require.NoError(t, os.WriteFile(vars, make([]byte, 128<<10), 0o600))
+	_, err = FindFirmware("uefi-4m", dir)
+	require.ErrorContains(t, err, "do not fit "+fw.code)
+	require.ErrorContains(t, err, "delete them to start with fresh variables")
+
+	require.NoError(t, os.Remove(vars))
+	got, err := FindFirmware("uefi-4m", dir)
+	require.NoError(t, err)
+	require.Equal(t, fw.code, got.Code)
+	got, err = FindFirmware("uefi-4m", dir)
+	require.NoError(t, err, "the VM's own copy is kept")
+	require.Equal(t, vars, got.Vars)
+}

@@ -16,26 +16,40 @@ type Firmware struct {
 	SMM        bool
 }
 
-// firmwareFiles lists the OVMF code and variable templates per firmware,
-// as Debian (/usr/share/OVMF), Fedora (/usr/share/edk2/ovmf) and Arch
-// (/usr/share/edk2/x64) name them. The secure variants start with
-// Microsoft's keys enrolled, so that Windows boots.
-var firmwareFiles = map[string]struct{ code, vars []string }{
+// flash is an OVMF code file and the template of its variables: a pair
+// from one build, since the variables must fit the code's flash layout.
+type flash struct{ code, vars string }
+
+// firmwareFiles lists the OVMF builds per firmware, as Debian
+// (/usr/share/OVMF), Fedora (/usr/share/edk2/ovmf) and Arch
+// (/usr/share/edk2/x64) name them, in order of preference. Debian 13 and
+// newer edk2 builds have only the 4 MiB flash: uefi and secure fall back
+// to it. The secure variants start with Microsoft's keys enrolled, so that
+// Windows boots.
+var firmwareFiles = map[string][]flash{
 	"uefi": {
-		code: []string{"/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/edk2/ovmf/OVMF_CODE.fd", "/usr/share/edk2/x64/OVMF_CODE.fd"},
-		vars: []string{"/usr/share/OVMF/OVMF_VARS.fd", "/usr/share/edk2/ovmf/OVMF_VARS.fd", "/usr/share/edk2/x64/OVMF_VARS.fd"},
+		{"/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd"},
+		{"/usr/share/edk2/ovmf/OVMF_CODE.fd", "/usr/share/edk2/ovmf/OVMF_VARS.fd"},
+		{"/usr/share/edk2/x64/OVMF_CODE.fd", "/usr/share/edk2/x64/OVMF_VARS.fd"},
+		{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"},
+		{"/usr/share/edk2/ovmf-4m/OVMF_CODE.fd", "/usr/share/edk2/ovmf-4m/OVMF_VARS.fd"},
 	},
 	"uefi-4m": {
-		code: []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/edk2/ovmf-4m/OVMF_CODE.fd", "/usr/share/edk2/x64/OVMF_CODE.4m.fd"},
-		vars: []string{"/usr/share/OVMF/OVMF_VARS_4M.fd", "/usr/share/edk2/ovmf-4m/OVMF_VARS.fd", "/usr/share/edk2/x64/OVMF_VARS.4m.fd"},
+		{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"},
+		{"/usr/share/edk2/ovmf-4m/OVMF_CODE.fd", "/usr/share/edk2/ovmf-4m/OVMF_VARS.fd"},
+		{"/usr/share/edk2/x64/OVMF_CODE.4m.fd", "/usr/share/edk2/x64/OVMF_VARS.4m.fd"},
 	},
 	"secure": {
-		code: []string{"/usr/share/OVMF/OVMF_CODE.secboot.fd", "/usr/share/edk2/ovmf/OVMF_CODE.secboot.fd", "/usr/share/edk2/x64/OVMF_CODE.secboot.fd"},
-		vars: []string{"/usr/share/OVMF/OVMF_VARS.ms.fd", "/usr/share/edk2/ovmf/OVMF_VARS.secboot.fd", "/usr/share/edk2/x64/OVMF_VARS.fd"},
+		{"/usr/share/OVMF/OVMF_CODE.secboot.fd", "/usr/share/OVMF/OVMF_VARS.ms.fd"},
+		{"/usr/share/edk2/ovmf/OVMF_CODE.secboot.fd", "/usr/share/edk2/ovmf/OVMF_VARS.secboot.fd"},
+		{"/usr/share/edk2/x64/OVMF_CODE.secboot.fd", "/usr/share/edk2/x64/OVMF_VARS.fd"},
+		{"/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"},
+		{"/usr/share/edk2/ovmf-4m/OVMF_CODE.secboot.fd", "/usr/share/edk2/ovmf-4m/OVMF_VARS.secboot.fd"},
 	},
 	"secure-4m": {
-		code: []string{"/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/edk2/ovmf-4m/OVMF_CODE.secboot.fd", "/usr/share/edk2/x64/OVMF_CODE.secboot.4m.fd"},
-		vars: []string{"/usr/share/OVMF/OVMF_VARS_4M.ms.fd", "/usr/share/edk2/ovmf-4m/OVMF_VARS.secboot.fd", "/usr/share/edk2/x64/OVMF_VARS.4m.fd"},
+		{"/usr/share/OVMF/OVMF_CODE_4M.secboot.fd", "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"},
+		{"/usr/share/edk2/ovmf-4m/OVMF_CODE.secboot.fd", "/usr/share/edk2/ovmf-4m/OVMF_VARS.secboot.fd"},
+		{"/usr/share/edk2/x64/OVMF_CODE.secboot.4m.fd", "/usr/share/edk2/x64/OVMF_VARS.4m.fd"},
 	},
 }
 
@@ -46,41 +60,56 @@ func FindFirmware(kind, dataDir string) (Firmware, error) {
 	if kind == "bios" {
 		return Firmware{}, nil
 	}
-	files, ok := firmwareFiles[kind]
+	builds, ok := firmwareFiles[kind]
 	if !ok {
 		return Firmware{}, fmt.Errorf("unknown firmware %q", kind)
 	}
-	code, err := firstExisting(files.code)
-	if err != nil {
-		return Firmware{}, fmt.Errorf("firmware %s: %w (install ovmf)", kind, err)
-	}
-	template, err := firstExisting(files.vars)
+	fw, err := firstBuild(builds)
 	if err != nil {
 		return Firmware{}, fmt.Errorf("firmware %s: %w (install ovmf)", kind, err)
 	}
 	vars := filepath.Join(dataDir, "fw-vars.fd")
-	if _, err := os.Stat(vars); errors.Is(err, os.ErrNotExist) {
-		if err := copyFile(template, vars); err != nil {
+	switch kept, err := os.Stat(vars); {
+	case errors.Is(err, os.ErrNotExist):
+		if err := copyFile(fw.vars, vars); err != nil {
 			return Firmware{}, fmt.Errorf("firmware variables: %w", err)
 		}
-	} else if err != nil {
+	case err != nil:
 		return Firmware{}, err
-	}
-	secure := kind == "secure" || kind == "secure-4m"
-	return Firmware{Code: code, Vars: vars, Secure: secure, SMM: secure}, nil
-}
-
-func firstExisting(paths []string) (string, error) {
-	for _, p := range paths {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
+	default:
+		// Kept from another firmware build (another runner image): qemu
+		// would refuse the flash with a message about sizes.
+		tmpl, err := os.Stat(fw.vars)
+		if err != nil {
+			return Firmware{}, err
+		}
+		if kept.Size() != tmpl.Size() {
+			return Firmware{}, fmt.Errorf("firmware %s: the VM's variables %s (%d bytes) do not fit %s (variables %d bytes): "+
+				"choose the firmware they were made with, or delete them to start with fresh variables (boot entries are lost)",
+				kind, vars, kept.Size(), fw.code, tmpl.Size())
 		}
 	}
-	return "", fmt.Errorf("none of %v exists", paths)
+	secure := kind == "secure" || kind == "secure-4m"
+	return Firmware{Code: fw.code, Vars: vars, Secure: secure, SMM: secure}, nil
 }
 
-// copyFile copies through a temporary file, so that a crash never leaves
-// half a variable store behind.
+// firstBuild is the first of builds whose files both exist.
+func firstBuild(builds []flash) (flash, error) {
+	var tried []string
+	for _, b := range builds {
+		if exists(b.code) && exists(b.vars) {
+			return b, nil
+		}
+		tried = append(tried, b.code)
+	}
+	return flash{}, fmt.Errorf("none of %v exists", tried)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 func copyFile(from, to string) error {
 	in, err := os.Open(from)
 	if err != nil {

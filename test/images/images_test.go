@@ -111,7 +111,7 @@ func fileHash(t *testing.T, path string) string {
 
 // TestRunnerImage runs the vm-runner image in containerd as a VM's pod
 // would (privileged, its config mounted at /etc/opt/vmrunner): vm-runner
-// starts swtpm, writes the cloud-init disk, and the image's qemu boots the
+// finds Debian 13's OVMF for the default firmware, starts swtpm, writes the cloud-init disk, and the image's qemu boots the
 // test guest with a SPICE display and a CD read over http (qemu's curl
 // driver). vm-runner probe answers inside the container, and SIGTERM to
 // the container shuts the guest down: exit 0.
@@ -122,7 +122,8 @@ func TestRunnerImage(t *testing.T) {
 	// faster PVH entry: with a TPM, qemu 10 and SeaBIOS 1.16.3 leave the
 	// PVH-booted kernel a zero-length ACPI table ("Invalid table length
 	// 0x0 in RSDT/XSDT"), and without ACPI it never sees the power button.
-	// Real guests boot through the firmware, as this one then does.
+	// Real guests boot through the firmware, as this one then does, and
+	// OVMF (the default firmware, uefi) boots only the bzImage.
 	guest := testguest.Build(t)
 
 	var cdRequests atomic.Int32
@@ -156,7 +157,7 @@ func TestRunnerImage(t *testing.T) {
   vm:
     name: imagetest
     accelerator: tcg
-    firmware: bios
+    firmware: uefi
     useTpm: true
     maximumCpus: 2
     currentCpus: 1
