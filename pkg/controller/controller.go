@@ -52,6 +52,9 @@ type Config struct {
 	RunnerAccess func(namespace string) (*corev1.ServiceAccount, *rbacv1.RoleBinding)
 	// Metrics receives counts; nil means a private registry.
 	Metrics *Metrics
+	// ImageRegistry is where VMs without spec.image find the runner
+	// image; empty means vmop's own (render.Options.ImageRegistry).
+	ImageRegistry string
 }
 
 // Controller reconciles VirtualMachines. Create it with New, start it

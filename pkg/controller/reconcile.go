@@ -47,7 +47,7 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 		return 0, c.writeStatus(ctx, u, invalidStatus(u, err))
 	}
 
-	var opts render.Options
+	opts := render.Options{ImageRegistry: c.cfg.ImageRegistry}
 	if opts.ServiceAccount, err = c.ensureRunnerAccess(ctx, vm.Namespace); err != nil {
 		return 0, err
 	}

@@ -36,8 +36,6 @@ var manifests embed.FS
 const (
 	// DefaultNamespace is where the operator runs unless told otherwise.
 	DefaultNamespace = "vmop-system"
-	// ImageRepository is where the operator's images are published.
-	ImageRepository = "ghcr.io/vmop/vm-operator"
 	// OperatorName names the operator's Deployment, its container, its
 	// ServiceAccount and its ClusterRole(Binding).
 	OperatorName = "vm-operator"
@@ -64,18 +62,13 @@ var labels = map[string]string{
 type Options struct {
 	// Namespace of the operator; empty means DefaultNamespace.
 	Namespace string
-	// Image of the operator; empty means DefaultImage().
+	// Image of the operator; empty means this build's version of it from
+	// ImageRegistry.
 	Image string
-}
-
-// DefaultImage is the operator image of this build's version, or the
-// latest one for a development build.
-func DefaultImage() string {
-	v := version.Get()
-	if v == "" || v == "devel" {
-		v = "latest"
-	}
-	return ImageRepository + ":" + v
+	// ImageRegistry holds vmop's images (a mirror, for air-gapped
+	// clusters); empty means version.Registry. The operator names its
+	// runner image from there too.
+	ImageRegistry string
 }
 
 // Objects returns the objects to install, in the order to apply them: the
@@ -85,7 +78,12 @@ func Objects(opts Options) ([]*unstructured.Unstructured, error) {
 		opts.Namespace = DefaultNamespace
 	}
 	if opts.Image == "" {
-		opts.Image = DefaultImage()
+		opts.Image = version.Image(opts.ImageRegistry, version.OperatorImage)
+	}
+	if opts.ImageRegistry != "" {
+		if err := version.ValidateRegistry(opts.ImageRegistry); err != nil {
+			return nil, fmt.Errorf("image registry: %w", err)
+		}
 	}
 	if msgs := validation.IsDNS1123Label(opts.Namespace); len(msgs) > 0 {
 		return nil, fmt.Errorf("namespace %q: %s", opts.Namespace, strings.Join(msgs, "; "))
@@ -166,6 +164,9 @@ func place(o *unstructured.Unstructured, opts Options) error {
 		return forEach(o, func(c map[string]any) {
 			if c["name"] == OperatorName {
 				c["image"] = opts.Image
+				if opts.ImageRegistry != "" {
+					c["args"] = append(c["args"].([]any), "--image-registry="+opts.ImageRegistry)
+				}
 			}
 		}, "spec", "template", "spec", "containers")
 	}

@@ -72,13 +72,37 @@ func TestObjectsNamespaceAndImage(t *testing.T) {
 	require.Equal(t, 4, namespaced, "ServiceAccount, Role, RoleBinding, Deployment")
 }
 
-func TestDefaultImage(t *testing.T) {
+// TestImages: the operator of this version by default, from a mirror with
+// ImageRegistry, which the operator is told too (for the runner image).
+func TestImages(t *testing.T) {
 	old := version.Version
 	t.Cleanup(func() { version.Version = old })
 	version.Version = "v1.2.3"
-	require.Equal(t, "ghcr.io/vmop/vm-operator:v1.2.3", install.DefaultImage())
-	version.Version = "devel"
-	require.Equal(t, "ghcr.io/vmop/vm-operator:latest", install.DefaultImage())
+	operator := func(opts install.Options) map[string]any {
+		objs, err := install.Objects(opts)
+		require.NoError(t, err)
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" {
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				return cs[0].(map[string]any)
+			}
+		}
+		t.Fatal("no Deployment")
+		return nil
+	}
+	c := operator(install.Options{})
+	require.Equal(t, "ghcr.io/vmop/vm-operator:v1.2.3", c["image"])
+	require.NotContains(t, fmt.Sprint(c["args"]), "--image-registry")
+
+	c = operator(install.Options{ImageRegistry: "mirror.example:5000/vmop"})
+	require.Equal(t, "mirror.example:5000/vmop/vm-operator:v1.2.3", c["image"])
+	require.Contains(t, c["args"], "--image-registry=mirror.example:5000/vmop")
+
+	c = operator(install.Options{ImageRegistry: "mirror.example:5000/vmop", Image: "other.example/op:1"})
+	require.Equal(t, "other.example/op:1", c["image"], "--image wins for the operator")
+
+	_, err := install.Objects(install.Options{ImageRegistry: "https://mirror.example"})
+	require.ErrorContains(t, err, "is not a registry")
 }
 
 func TestObjectsErrors(t *testing.T) {

@@ -56,6 +56,7 @@ type Options struct {
 	LogFormat          string
 	Verbosity          int
 	RunnerAccount      bool
+	ImageRegistry      string
 
 	config *rest.Config
 	log    logr.Logger
@@ -106,6 +107,7 @@ workstation with --kubeconfig.`,
 	f.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
 	f.IntVarP(&o.Verbosity, "v", "v", 0, "log verbosity (2 logs every write)")
 	f.BoolVar(&o.RunnerAccount, "runner-service-account", true, "give runner pods the "+install.RunnerServiceAccount+" service account, bound to the "+install.RunnerClusterRole+" ClusterRole, in each VM namespace")
+	f.StringVar(&o.ImageRegistry, "image-registry", "", "registry and path of vmop's runner image for VMs without spec.image, e.g. a mirror for an air-gapped cluster (default "+version.Registry+"; the tag is the operator's version)")
 	return cmd
 }
 
@@ -146,6 +148,11 @@ func (o *Options) Validate() error {
 			return errors.New("--namespaces has an empty entry")
 		}
 	}
+	if o.ImageRegistry != "" {
+		if err := version.ValidateRegistry(o.ImageRegistry); err != nil {
+			return fmt.Errorf("--image-registry: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -171,7 +178,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := controller.Config{Namespaces: o.Namespaces, Resync: o.Resync, Metrics: controller.NewMetrics(reg)}
+	cfg := controller.Config{Namespaces: o.Namespaces, Resync: o.Resync, Metrics: controller.NewMetrics(reg), ImageRegistry: o.ImageRegistry}
 	if o.RunnerAccount {
 		cfg.RunnerAccess = install.RunnerAccess
 	}

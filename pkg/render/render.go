@@ -27,6 +27,7 @@ import (
 	"github.com/vmop/vmop/pkg/cloudinit"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/version"
 )
 
 // Labels and annotations on what is rendered.
@@ -57,7 +58,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "6"
+const Version = "7"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -88,6 +89,10 @@ type Options struct {
 	// namespace's default, which suits GitOps mode: the account must exist
 	// before the StatefulSet can create its pod.
 	ServiceAccount string
+	// ImageRegistry is where a VM without spec.image finds vmop's runner
+	// image (a mirror, for air-gapped clusters); empty means
+	// version.Registry. The tag is always this build's version.
+	ImageRegistry string
 }
 
 // Objects are the objects one VM renders to. Secret and Service are nil
@@ -136,6 +141,9 @@ func Render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
 
 // render defaults, validates and renders a VM that it may change.
 func render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
+	if vm.Spec.Image == nil && opts.ImageRegistry != "" {
+		vm.Spec.Image = &v1.Image{Source: version.Image(opts.ImageRegistry, version.RunnerImage)}
+	}
 	vm.Default()
 	errs := vm.Validate()
 	resetCounter, err := vm.ResetCounter()

@@ -15,6 +15,7 @@ import (
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/version"
 )
 
 // TestDeterministic renders every valid golden case repeatedly, also from
@@ -256,4 +257,24 @@ metadata:
 	docs := parseYAMLStream(t, res.out)
 	require.Len(t, docs, 2, "output:\n%s", res.out)
 	require.Contains(t, string(res.out), "# comment of b\n", "comments are kept")
+}
+
+// TestRunnerImage: a VM without spec.image runs the runner of this build's
+// version, from ImageRegistry when given; its own spec.image always wins.
+func TestRunnerImage(t *testing.T) {
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v1.2.3"
+	image := func(vm *v1.VirtualMachine, opts render.Options) string {
+		objs, err := render.Render(vm, opts)
+		require.NoError(t, err)
+		return objs.StatefulSet.Spec.Template.Spec.Containers[0].Image
+	}
+	vm, err := v1.DecodeJSON(mustJSON(t, hashBase))
+	require.NoError(t, err)
+	vm.Spec.Image = nil
+	require.Equal(t, "ghcr.io/vmop/vm-runner:v1.2.3", image(vm, render.Options{}))
+	require.Equal(t, "mirror.example:5000/vmop/vm-runner:v1.2.3", image(vm, render.Options{ImageRegistry: "mirror.example:5000/vmop"}))
+	vm.Spec.Image = &v1.Image{Source: "own.example/runner:1"}
+	require.Equal(t, "own.example/runner:1", image(vm, render.Options{ImageRegistry: "mirror.example:5000/vmop"}))
 }

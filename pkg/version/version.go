@@ -4,8 +4,11 @@
 package version
 
 import (
+	"fmt"
 	"runtime/debug"
 	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
 )
 
 // Version is set at build time with
@@ -57,4 +60,13 @@ func Image(registry, name string) string {
 		registry = Registry
 	}
 	return strings.TrimSuffix(registry, "/") + "/" + name + ":" + ImageTag()
+}
+
+// ValidateRegistry checks a registry given to name vmop's images, such as
+// "registry.example:5000/mirror/vmop".
+func ValidateRegistry(registry string) error {
+	if _, err := name.NewRepository(strings.TrimSuffix(registry, "/")+"/"+RunnerImage, name.StrictValidation); err != nil || strings.Contains(registry, ":/") {
+		return fmt.Errorf("%q is not a registry with an optional path, such as registry.example:5000/vmop", registry)
+	}
+	return nil
 }

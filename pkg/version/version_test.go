@@ -21,3 +21,12 @@ func TestImage(t *testing.T) {
 		require.Equal(t, c.want, version.Image(c.registry, version.RunnerImage), c.version)
 	}
 }
+
+func TestValidateRegistry(t *testing.T) {
+	for _, ok := range []string{"ghcr.io/vmop", "registry.example:5000/mirror/vmop", "localhost:5000", "127.0.0.1:5000/vmop/"} {
+		require.NoError(t, version.ValidateRegistry(ok), ok)
+	}
+	for _, bad := range []string{"", "https://ghcr.io/vmop", "ghcr.io/VMOP", "ghcr.io/vmop:v1", "ghcr.io/vm op"} {
+		require.ErrorContains(t, version.ValidateRegistry(bad), "is not a registry", bad)
+	}
+}

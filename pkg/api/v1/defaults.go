@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vmop/vmop/pkg/version"
 )
 
 // Defaults of fields that the manifest may leave out. They are applied in
@@ -20,15 +22,18 @@ const (
 	DefaultBridge           = "br0"
 	DefaultSpicePort        = 5900
 	DefaultUsbRedirects     = 2
-	DefaultImage            = "ghcr.io/vmop/vm-runner:latest"
 )
+
+// DefaultImage is the runner image of this build's version: a renderer
+// names the runner it was built with, never "latest".
+func DefaultImage() string { return version.Image("", version.RunnerImage) }
 
 // Default fills in every optional field that has a default, in place.
 // Call it on a copy when the original must stay as written.
 func (vm *VirtualMachine) Default() {
 	s := &vm.Spec
 	if s.Image == nil {
-		s.Image = &Image{Source: DefaultImage}
+		s.Image = &Image{Source: DefaultImage()}
 	}
 	if s.Image.PullPolicy == "" {
 		s.Image.PullPolicy = corev1.PullIfNotPresent

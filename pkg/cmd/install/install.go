@@ -17,6 +17,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/version"
 )
 
 const example = `  # Install the operator into vmop-system and wait until it runs
@@ -30,12 +31,13 @@ const example = `  # Install the operator into vmop-system and wait until it run
 
 // Options are the options of the install command.
 type Options struct {
-	Namespace string
-	Image     string
-	DryRun    bool
-	Output    string
-	Wait      bool
-	Timeout   time.Duration
+	Namespace     string
+	Image         string
+	ImageRegistry string
+	DryRun        bool
+	Output        string
+	Wait          bool
+	Timeout       time.Duration
 
 	configFlags *genericclioptions.ConfigFlags
 	genericiooptions.IOStreams
@@ -74,7 +76,8 @@ contacted.`,
 			return o.Run(cmd.Context())
 		},
 	}
-	cmd.Flags().StringVar(&o.Image, "image", install.DefaultImage(), "image of the operator")
+	cmd.Flags().StringVar(&o.Image, "image", "", "image of the operator (default: "+version.Image("", version.OperatorImage)+", or from --image-registry)")
+	cmd.Flags().StringVar(&o.ImageRegistry, "image-registry", "", "registry and path that hold vmop's images, e.g. a mirror for an air-gapped cluster: the operator's image and the runner image it renders come from there (default "+version.Registry+")")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the manifests instead of installing them")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format of --dry-run: "+strings.Join(manifest.Formats, " or ")+" (default "+manifest.FormatYAML+")")
 	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the operator's Deployment is available")
@@ -112,8 +115,10 @@ func (o *Options) Validate() error {
 	if err := ValidateNamespace(o.Namespace); err != nil {
 		return err
 	}
-	if o.Image == "" {
-		return errors.New("--image must not be empty")
+	if o.ImageRegistry != "" {
+		if err := version.ValidateRegistry(o.ImageRegistry); err != nil {
+			return fmt.Errorf("--image-registry: %w", err)
+		}
 	}
 	if o.Output != "" {
 		if !o.DryRun {
@@ -134,7 +139,7 @@ func (o *Options) Validate() error {
 
 // Run prints or applies the objects.
 func (o *Options) Run(ctx context.Context) error {
-	objs, err := install.Objects(install.Options{Namespace: o.Namespace, Image: o.Image})
+	objs, err := install.Objects(install.Options{Namespace: o.Namespace, Image: o.Image, ImageRegistry: o.ImageRegistry})
 	if err != nil {
 		return err
 	}

@@ -102,7 +102,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"-o", "yaml"}, "--output applies only with --dry-run"},
 		{[]string{"--dry-run", "--wait"}, "--wait cannot be used with --dry-run: nothing is installed to wait for"},
 		{[]string{"--dry-run", "-n", "Not_A_Namespace"}, `--namespace "Not_A_Namespace": a lowercase RFC 1123 label must consist of`},
-		{[]string{"--dry-run", "--image", ""}, "--image must not be empty"},
+		{[]string{"--dry-run", "--image-registry", "https://mirror.example"}, `--image-registry: "https://mirror.example" is not a registry with an optional path`},
 		{[]string{"--dry-run", "--image", "a b"}, `image "a b": must not contain spaces or control characters`},
 		{[]string{"--timeout", "0s"}, "--timeout 0s: must be positive"},
 		{[]string{"vmop"}, `unknown command "vmop" for "kubectl vm install"`},

@@ -21,6 +21,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/version"
 )
 
 // gcMemoryLimit is the heap size at which rendering collects garbage.
@@ -59,6 +60,8 @@ type Options struct {
 	Recursive bool
 	Output    string
 	Namespace string
+	// ImageRegistry names the runner image of VMs without spec.image.
+	ImageRegistry string
 
 	configFlags *genericclioptions.ConfigFlags
 	genericiooptions.IOStreams
@@ -93,6 +96,7 @@ and then nothing is written: there is no partial output.`,
 	}
 	cmd.Flags().StringSliceVarP(&o.Filenames, "filename", "f", nil, "file, directory or - (stdin) with manifests; may repeat")
 	cmd.Flags().BoolVarP(&o.Recursive, "recursive", "R", false, "process the directories given with -f recursively")
+	cmd.Flags().StringVar(&o.ImageRegistry, "image-registry", "", "registry and path of vmop's runner image for VMs without spec.image, e.g. a mirror for an air-gapped cluster (default "+version.Registry+")")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", manifest.FormatYAML, "output format: "+strings.Join(manifest.Formats, " or "))
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(manifest.Formats, cobra.ShellCompDirectiveNoFileComp))
@@ -120,6 +124,11 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--namespace %q: %s", o.Namespace, strings.Join(msgs, "; "))
 		}
 	}
+	if o.ImageRegistry != "" {
+		if err := version.ValidateRegistry(o.ImageRegistry); err != nil {
+			return fmt.Errorf("--image-registry: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -143,6 +152,7 @@ func (o *Options) Run() error {
 		return err
 	}
 	opts := render.StreamOptions{
+		Options:   render.Options{ImageRegistry: o.ImageRegistry},
 		Namespace: o.Namespace,
 		Warn: func(p render.Problem) {
 			fmt.Fprintf(o.ErrOut, "Warning: %s\n", p)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -168,6 +169,8 @@ func (o *versionOptions) Validate() error {
 // a warning.
 func (o *versionOptions) Run(ctx context.Context) {
 	fmt.Fprintf(o.Out, "kubectl-vm %s\n", version.Get())
+	fmt.Fprintf(o.Out, "Images: %s (install), %s (render)\n",
+		version.Image("", version.OperatorImage), version.Image("", version.RunnerImage))
 	if o.Client {
 		return
 	}
@@ -202,18 +205,35 @@ func (o *versionOptions) printCluster(ctx context.Context) error {
 	dep, err := c.Kube.AppsV1().Deployments(o.Namespace).Get(ctx, vmopinstall.OperatorName, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		image := ""
+		image, runner := "", ""
 		for _, ctr := range dep.Spec.Template.Spec.Containers {
 			if ctr.Name == vmopinstall.OperatorName {
-				image = ctr.Image
+				image, runner = ctr.Image, runnerImage(ctr)
 			}
 		}
-		fmt.Fprintf(o.Out, "Operator: %s in %s, image %s, %d/%d available\n", dep.Name, dep.Namespace,
-			image, dep.Status.AvailableReplicas, ptr.Deref(dep.Spec.Replicas, 1))
+		fmt.Fprintf(o.Out, "Operator: %s in %s, image %s, runner image %s, %d/%d available\n", dep.Name, dep.Namespace,
+			image, runner, dep.Status.AvailableReplicas, ptr.Deref(dep.Spec.Replicas, 1))
 	case apierrors.IsNotFound(err):
 		fmt.Fprintf(o.Out, "Operator: %s not installed in %s\n", vmopinstall.OperatorName, o.Namespace)
 	default:
 		return c.Explain(err)
 	}
 	return nil
+}
+
+// runnerImage is the runner image that the operator container c gives
+// VMs without spec.image: the runner of the operator's version (its
+// image's tag), from its --image-registry.
+func runnerImage(c corev1.Container) string {
+	registry := version.Registry
+	for _, a := range c.Args {
+		if r, ok := strings.CutPrefix(a, "--image-registry="); ok {
+			registry = r
+		}
+	}
+	tag := "unknown"
+	if i := strings.LastIndex(c.Image, ":"); i > strings.LastIndex(c.Image, "/") {
+		tag = c.Image[i+1:]
+	}
+	return strings.TrimSuffix(registry, "/") + "/" + version.RunnerImage + ":" + tag
 }
