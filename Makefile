@@ -27,9 +27,9 @@ example:
 	$(GO) run ./cmd/kubectl-vm render -f examples/local-path-test-vm.yaml
 
 ## Every test, after installing what they need (etcd, kube-apiserver,
-## kube-controller-manager, kwok).
+## kube-controller-manager, kwok, qemu, mmdebstrap, containerd, runc).
 test: deps vet
-	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./...
+	VMOP_REQUIRE_CONTAINERD=1 VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./...
 
 ## The end-to-end tests alone, on a cluster with controllers and kwok nodes.
 e2e: deps
