@@ -61,6 +61,7 @@ fi
 command -v mmdebstrap >/dev/null || { echo "mmdebstrap not found: run hack/install-deps.sh" >&2; exit 1; }
 tmp=$out.tmp
 rm -rf "$tmp" "$out"
+mkdir -p "$(dirname "$out")"
 echo "building the vm-runner root from trixie at $mirror into $out" >&2
 # A fixed time: the root changes only when its packages do, so its layer
 # is shared between vmop versions.
