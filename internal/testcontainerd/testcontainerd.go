@@ -168,6 +168,9 @@ func (c *Containerd) stop(t testing.TB) {
 		<-c.exited
 	}
 	unmountBelow(t, c.dir)
+	// The shims keep runc's state under a fixed path per namespace; it is
+	// empty once the tasks are gone (os.Remove leaves it when not).
+	os.Remove(filepath.Join("/run/containerd/runc", Namespace))
 	if err := os.RemoveAll(c.dir); err != nil {
 		t.Errorf("removing containerd's directory: %v", err)
 	}
