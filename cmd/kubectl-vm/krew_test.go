@@ -96,7 +96,7 @@ func TestKrewInstall(t *testing.T) {
 	installed := filepath.Join(krewRoot, "bin", "kubectl-vm")
 	r = runCmd(t, "", t.TempDir(), installed, "version", "--client")
 	require.Zero(t, r.code, r.stderr)
-	require.Equal(t, "kubectl-vm "+testVersion+"\n", r.stdout)
+	require.Equal(t, "kubectl-vm "+testVersion+"\n"+images, r.stdout)
 
 	// PATH as krew tells users to set it, without binDir.
 	pathEnv := []string{"PATH=" + filepath.Dir(installed) + string(os.PathListSeparator) + os.Getenv("PATH")}
@@ -104,5 +104,5 @@ func TestKrewInstall(t *testing.T) {
 	require.Contains(t, strings.Split(r.stdout, "\n"), installed, r.stderr)
 	r = runCmdEnv(t, pathEnv, "", t.TempDir(), kubectl(t), "vm", "version", "--client")
 	require.Zero(t, r.code, r.stderr)
-	require.Equal(t, "kubectl-vm "+testVersion+"\n", r.stdout)
+	require.Equal(t, "kubectl-vm "+testVersion+"\n"+images, r.stdout)
 }
