@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -18,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/vmop/vmop/internal/imagebuild"
+	"github.com/vmop/vmop/pkg/version"
 )
 
 func main() {
@@ -53,13 +53,9 @@ func run() error {
 		return fmt.Errorf("commit time %q: %w", ct, err)
 	}
 	o.Created = time.Unix(secs, 0).UTC()
-	root := exec.Command(filepath.Join(o.Module, "hack", "runner-root.sh"))
-	root.Stderr = os.Stderr
-	b, err := root.Output()
-	if err != nil {
-		return fmt.Errorf("hack/runner-root.sh: %w", err)
+	if o.RunnerRoot, err = imagebuild.RunnerRoot(o.Module); err != nil {
+		return err
 	}
-	o.RunnerRoot = strings.TrimSpace(string(b))
 
 	start := time.Now()
 	built, err := imagebuild.Build(o)
@@ -83,7 +79,7 @@ func run() error {
 		return nil
 	}
 	for _, b := range built {
-		ref, err := name.NewTag(strings.TrimSuffix(*push, "/") + "/" + b.Name + ":" + b.Ref.TagStr())
+		ref, err := name.NewTag(version.Ref(*push, b.Name, b.Ref.TagStr()))
 		if err != nil {
 			return err
 		}

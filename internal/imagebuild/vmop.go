@@ -86,15 +86,6 @@ var images = []image{
 	},
 }
 
-// Names are the names of vmop's images.
-func Names() []string {
-	var names []string
-	for _, im := range images {
-		names = append(names, im.name)
-	}
-	return names
-}
-
 // Build builds every image into o.Out.
 func Build(o Options) ([]Built, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
@@ -122,11 +113,7 @@ func (im image) build(o Options, work string) (Built, error) {
 		v = "devel"
 	}
 	tag := version.Tag(v)
-	registry := o.Registry
-	if registry == "" {
-		registry = version.Registry
-	}
-	ref, err := name.NewTag(strings.TrimSuffix(registry, "/") + "/" + im.name + ":" + tag)
+	ref, err := name.NewTag(version.Ref(o.Registry, im.name, tag))
 	if err != nil {
 		return Built{}, err
 	}
@@ -172,6 +159,18 @@ func (im image) build(o Options, work string) (Built, error) {
 		return Built{}, err
 	}
 	return Built{Name: im.name, Ref: ref, Archive: archive, Image: img}, nil
+}
+
+// RunnerRoot returns the vm-runner image's root file system, which
+// hack/runner-root.sh of the module at module builds once and caches.
+func RunnerRoot(module string) (string, error) {
+	cmd := exec.Command(filepath.Join(module, "hack", "runner-root.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/runner-root.sh: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // goBuild builds cmd/<binary> statically for linux/amd64 and returns it.

@@ -55,11 +55,15 @@ func Tag(v string) string {
 
 // Image is the reference of this build's image name in registry; an empty
 // registry means Registry.
-func Image(registry, name string) string {
+func Image(registry, name string) string { return Ref(registry, name, ImageTag()) }
+
+// Ref is the reference of image name with tag in registry; an empty
+// registry means Registry.
+func Ref(registry, name, tag string) string {
 	if registry == "" {
 		registry = Registry
 	}
-	return strings.TrimSuffix(registry, "/") + "/" + name + ":" + ImageTag()
+	return strings.TrimSuffix(registry, "/") + "/" + name + ":" + tag
 }
 
 // ValidateRegistry checks a registry given to name vmop's images, such as

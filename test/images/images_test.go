@@ -60,13 +60,9 @@ func build(dir string) error {
 		return err
 	}
 	options.Module = filepath.Dir(strings.TrimSpace(string(module)))
-	root := exec.Command(filepath.Join(options.Module, "hack", "runner-root.sh"))
-	root.Stderr = os.Stderr
-	out, err := root.Output()
-	if err != nil {
-		return fmt.Errorf("hack/runner-root.sh: %w", err)
+	if options.RunnerRoot, err = imagebuild.RunnerRoot(options.Module); err != nil {
+		return err
 	}
-	options.RunnerRoot = strings.TrimSpace(string(out))
 	options.Version = "devel"
 	options.Revision = "0123456789abcdef0123456789abcdef01234567"
 	options.Created = time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)

@@ -235,5 +235,5 @@ func runnerImage(c corev1.Container) string {
 	if i := strings.LastIndex(c.Image, ":"); i > strings.LastIndex(c.Image, "/") {
 		tag = c.Image[i+1:]
 	}
-	return strings.TrimSuffix(registry, "/") + "/" + version.RunnerImage + ":" + tag
+	return version.Ref(registry, version.RunnerImage, tag)
 }
