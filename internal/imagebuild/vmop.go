@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -52,8 +53,8 @@ const nonRoot = "65532:65532"
 // image is how one of vmop's images is made.
 type image struct {
 	name string
-	// binary is the command of cmd/ that the image runs.
-	binary string
+	// pkg is the Go main package of the module that the image runs.
+	pkg string
 	// at is where the binary goes in the image.
 	at          string
 	user        string
@@ -66,7 +67,7 @@ type image struct {
 
 var images = []image{
 	{
-		name: version.RunnerImage, binary: "vm-runner", at: "usr/local/bin/vm-runner",
+		name: version.RunnerImage, pkg: "./cmd/vm-runner", at: "usr/local/bin/vm-runner",
 		description: "vm-runner with qemu, OVMF and swtpm from Debian 13: runs one VM in its pod",
 		base: func(o Options, work string) (v1.Layer, error) {
 			if o.RunnerRoot == "" {
@@ -77,11 +78,11 @@ var images = []image{
 		dirs: []string{runnerconfig.ConfigDir, runnerconfig.DataDir, runnerconfig.ImageRepositoryDir},
 	},
 	{
-		name: version.OperatorImage, binary: "vm-operator", at: "vm-operator", user: nonRoot,
+		name: version.OperatorImage, pkg: "./cmd/vm-operator", at: "vm-operator", user: nonRoot,
 		description: "vm-operator: renders VirtualMachines into StatefulSets and reports their status",
 	},
 	{
-		name: version.FunctionImage, binary: "kubectl-vm", at: "kubectl-vm", user: nonRoot,
+		name: version.FunctionImage, pkg: "./cmd/kubectl-vm", at: "kubectl-vm", user: nonRoot,
 		description: "kubectl-vm as a KRM function: replaces VirtualMachines by their rendered objects",
 	},
 }
@@ -117,7 +118,7 @@ func (im image) build(o Options, work string) (Built, error) {
 	if err != nil {
 		return Built{}, err
 	}
-	bin, err := goBuild(o.Module, v, im.binary, work)
+	bin, err := goBuild(o.Module, v, im.pkg, work)
 	if err != nil {
 		return Built{}, err
 	}
@@ -173,17 +174,33 @@ func RunnerRoot(module string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// goBuild builds cmd/<binary> statically for linux/amd64 and returns it.
-// -trimpath and the commit's build info make it the same on every machine.
-func goBuild(module, v, binary, work string) ([]byte, error) {
-	out := filepath.Join(work, binary)
+// Program builds an image of one more Go program of the module, static
+// and unprivileged like the operator's: pkg is its main package (e.g. a
+// test's helper), name the image's, its binary /<name>.
+func Program(o Options, name, pkg string) (Built, error) {
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return Built{}, err
+	}
+	work, err := os.MkdirTemp(o.Out, ".build-")
+	if err != nil {
+		return Built{}, err
+	}
+	defer os.RemoveAll(work)
+	return image{name: name, pkg: pkg, at: name, user: nonRoot, description: name}.build(o, work)
+}
+
+// goBuild builds the main package pkg statically for linux/amd64 and
+// returns it. -trimpath and the commit's build info make it the same on
+// every machine.
+func goBuild(module, v, pkg, work string) ([]byte, error) {
+	out := filepath.Join(work, path.Base(pkg))
 	cmd := exec.Command("go", "build", "-trimpath",
 		"-ldflags", "-s -w -X github.com/vmop/vmop/pkg/version.Version="+v,
-		"-o", out, "./cmd/"+binary)
+		"-o", out, pkg)
 	cmd.Dir = module
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/%s: %w\n%s", binary, err, b)
+		return nil, fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return os.ReadFile(out)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,8 +39,8 @@ var controllers = []string{
 
 // startControllerManager runs kube-controller-manager as a member of
 // system:masters and waits until it is healthy.
-func (c *Cluster) startControllerManager(ctx context.Context, timeout time.Duration) error {
-	ports, err := freePorts(1)
+func (c *Cluster) startControllerManager(ctx context.Context, timeout time.Duration, more []string) error {
+	ports, err := FreePorts(1)
 	if err != nil {
 		return err
 	}
@@ -47,7 +48,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, timeout time.Durat
 		"--kubeconfig="+c.Kubeconfig,
 		// The only instance: waiting for a lease would only slow the start.
 		"--leader-elect=false",
-		"--controllers="+strings.Join(controllers, ","),
+		"--controllers="+strings.Join(append(slices.Clone(controllers), more...), ","),
 		// Signs legacy token Secrets, with the key the API server verifies.
 		"--service-account-private-key-file="+c.saKey,
 		// Goes into token Secrets and kube-root-ca.crt.

@@ -45,13 +45,13 @@ func (c *Cluster) startKwok(ctx context.Context, nodes []string, timeout time.Du
 			return fmt.Errorf("create node %s: %w", name, err)
 		}
 	}
-	return waitUntil(ctx, p, timeout, fmt.Sprintf("nodes %v", nodes), func(ctx context.Context) error {
+	return WaitUntil(ctx, p, timeout, fmt.Sprintf("nodes %v", nodes), func(ctx context.Context) error {
 		for _, name := range nodes {
 			node, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			if !nodeReady(node) {
+			if !NodeReady(node) {
 				return fmt.Errorf("node %s not Ready: %v", name, node.Status.Conditions)
 			}
 		}
@@ -59,7 +59,8 @@ func (c *Cluster) startKwok(ctx context.Context, nodes []string, timeout time.Du
 	})
 }
 
-func nodeReady(node *corev1.Node) bool {
+// NodeReady tells whether node reports the condition Ready.
+func NodeReady(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

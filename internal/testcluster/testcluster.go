@@ -54,9 +54,16 @@ type Options struct {
 	// Controllers starts kube-controller-manager with the controllers that
 	// StatefulSets and garbage collection need (see controllers.go).
 	Controllers bool
+	// MoreControllers are further kube-controller-manager controllers, for
+	// a cluster with real nodes (see internal/testnode).
+	MoreControllers []string
 	// Nodes are created as Node objects that kwok makes Ready and whose pods
 	// it makes Running. There is no scheduler: pods need spec.nodeName.
 	Nodes []string
+	// Address is where the API server listens and what it advertises;
+	// empty means 127.0.0.1. Pods on a real node need an address that is
+	// not loopback (internal/testnode uses its bridge's).
+	Address string
 }
 
 // Cluster is a running etcd and kube-apiserver.
@@ -74,6 +81,9 @@ type Cluster struct {
 	Etcd, APIServer, ControllerManager, Kwok *Process
 	// EtcdURL is etcd's client URL.
 	EtcdURL string
+	// Address and Port are where the API server listens.
+	Address string
+	Port    int
 
 	client    kubernetes.Interface
 	caFile    string // the API server's certificate bundle
@@ -162,7 +172,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	if opts.Controllers {
-		if err = c.startControllerManager(ctx, opts.ReadyTimeout); err != nil {
+		if err = c.startControllerManager(ctx, opts.ReadyTimeout, opts.MoreControllers); err != nil {
 			return c, err
 		}
 	}
@@ -175,7 +185,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 }
 
 func (c *Cluster) startEtcd(ctx context.Context, bin string, timeout time.Duration) error {
-	ports, err := freePorts(2)
+	ports, err := FreePorts(2)
 	if err != nil {
 		return err
 	}
@@ -216,25 +226,34 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 	if err := writeRSAKey(c.saKey); err != nil {
 		return err
 	}
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		return err
 	}
-	host := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	addr := opts.Address
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	c.Address = addr
+	c.Port = ports[0]
+	host := "https://" + net.JoinHostPort(addr, strconv.Itoa(ports[0]))
 	args := []string{
 		"--etcd-servers=" + c.EtcdURL,
-		"--bind-address=127.0.0.1",
-		// Loopback only; the endpoint reconciler refuses loopback addresses
-		// and nothing in tests needs the kubernetes Service's endpoints.
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + addr,
+		"--advertise-address=" + addr,
+		// The endpoint reconciler refuses loopback addresses; pods reach
+		// the API through a DNAT rule instead (internal/testnode).
 		"--endpoint-reconciler-type=none",
+		// logs, exec and port-forward dial the kubelet at its node's IP,
+		// as the node's name does not resolve.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--secure-port=" + strconv.Itoa(ports[0]),
 		"--cert-dir=" + certDir,
 		"--token-auth-file=" + tokenFile,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + c.saKey,
 		"--service-account-signing-key-file=" + c.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--authorization-mode=RBAC",
 		// Runner pods need /dev/kvm.
 		"--allow-privileged=true",
@@ -299,6 +318,9 @@ func (c *Cluster) StartProcess(name, path string, args ...string) (*Process, err
 	return p, nil
 }
 
+// Client reaches the API server as a member of system:masters.
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
 // Processes returns the cluster's processes in start order.
 func (c *Cluster) Processes() []*Process {
 	c.mu.Lock()
@@ -334,6 +356,10 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 }
 
+// ServiceCIDR is the cluster's Service IP range; 10.0.0.1 is the
+// kubernetes Service.
+const ServiceCIDR = "10.0.0.0/24"
+
 // insecureHTTP reaches servers whose self-signed certificate is not known
 // up front (it appears only once the server runs).
 var insecureHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
@@ -341,7 +367,7 @@ var insecureHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls
 // waitHTTP polls url until it answers 200, the process exits or the time is
 // up; errors carry the end of the process's log.
 func waitHTTP(ctx context.Context, p *Process, timeout time.Duration, client *http.Client, url, token string) error {
-	return waitUntil(ctx, p, timeout, url, func(ctx context.Context) error {
+	return WaitUntil(ctx, p, timeout, url, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
@@ -361,10 +387,10 @@ func waitHTTP(ctx context.Context, p *Process, timeout time.Duration, client *ht
 	})
 }
 
-// waitUntil calls ready until it returns nil, the process exits or the time
+// WaitUntil calls ready until it returns nil, the process exits or the time
 // is up; errors name what was awaited, say why it was not ready yet and carry
 // the end of the process's log.
-func waitUntil(ctx context.Context, p *Process, timeout time.Duration, what string, ready func(context.Context) error) error {
+func WaitUntil(ctx context.Context, p *Process, timeout time.Duration, what string, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
@@ -382,9 +408,9 @@ func waitUntil(ctx context.Context, p *Process, timeout time.Duration, what stri
 	}
 }
 
-// freePorts finds n loopback ports that are free now; all are held open
+// FreePorts finds n loopback ports that are free now; all are held open
 // together so that they differ.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -8,6 +8,7 @@ package testcontainerd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,12 +27,36 @@ const Namespace = "vmop-test"
 type Containerd struct {
 	// Socket is its gRPC address.
 	Socket string
-	dir    string
-	cmd    *exec.Cmd
-	exited chan struct{}
+	// Dir holds its config, root, state and log.
+	Dir       string
+	namespace string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+}
+
+// Options tune Run. The zero value runs containers with ctr only.
+type Options struct {
+	// Namespace is the one Ctr and Stop act in; empty means Namespace.
+	Namespace string
+	// CRI, when not empty, is the body of the CRI plugin's config section
+	// (TOML): a kubelet's node needs it. Without it the plugin is off.
+	CRI string
 }
 
 const depsHint = "run `make deps` (installs containerd and runc)"
+
+// Check says what is missing to run a containerd here.
+func Check() error {
+	for _, bin := range []string{"containerd", "ctr", "runc", "containerd-shim-runc-v2"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not found: %s", bin, depsHint)
+		}
+	}
+	if os.Getuid() != 0 {
+		return errors.New("containerd needs root")
+	}
+	return nil
+}
 
 // Start starts a containerd for t, stopped at t's cleanup. It skips t
 // when containerd or runc is missing, unless VMOP_REQUIRE_CONTAINERD is set
@@ -39,74 +64,94 @@ const depsHint = "run `make deps` (installs containerd and runc)"
 // the tests).
 func Start(t testing.TB) *Containerd {
 	t.Helper()
-	for _, bin := range []string{"containerd", "ctr", "runc", "containerd-shim-runc-v2"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("VMOP_REQUIRE_CONTAINERD") != "" {
-				t.Fatalf("%s not found: %s", bin, depsHint)
-			}
-			t.Skipf("%s not found: %s", bin, depsHint)
+	if err := Check(); err != nil {
+		if os.Getenv("VMOP_REQUIRE_CONTAINERD") != "" {
+			t.Fatal(err)
 		}
+		t.Skip(err)
 	}
-	if os.Getuid() != 0 {
-		t.Skip("containerd needs root")
+	c, err := Run(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return c
+}
+
+// Run starts a containerd and waits until it answers.
+func Run(opts Options) (*Containerd, error) {
+	if opts.Namespace == "" {
+		opts.Namespace = Namespace
 	}
 	// Short: the socket path must fit a sockaddr_un.
 	dir, err := os.MkdirTemp("", "ctrd")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	c := &Containerd{Socket: filepath.Join(dir, "containerd.sock"), dir: dir, exited: make(chan struct{})}
-	// CRI is off: tests here run containers with ctr, as the image issue
-	// asks; a kubelet's node needs its own settings.
+	c := &Containerd{Socket: filepath.Join(dir, "containerd.sock"), Dir: dir, namespace: opts.Namespace, exited: make(chan struct{})}
+	cri := `disabled_plugins = ["io.containerd.grpc.v1.cri"]`
+	if opts.CRI != "" {
+		cri = "[plugins.\"io.containerd.grpc.v1.cri\"]\n" + opts.CRI
+	}
 	config := fmt.Sprintf(`version = 2
 root = %q
 state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [grpc]
   address = %q
 [ttrpc]
   address = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.Socket, c.Socket+".ttrpc")
+%s
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.Socket, c.Socket+".ttrpc", cri)
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	log, err := os.Create(filepath.Join(dir, "containerd.log"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	c.cmd = exec.Command("containerd", "--config", filepath.Join(dir, "config.toml"))
 	c.cmd.Stdout, c.cmd.Stderr = log, log
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
+		log.Close()
+		os.RemoveAll(dir)
+		return nil, err
 	}
 	go func() { c.cmd.Wait(); log.Close(); close(c.exited) }()
-	t.Cleanup(func() { c.stop(t) })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if err := c.Ctr(context.Background(), "version").Run(); err == nil {
-			return c
+			return c, nil
 		}
+		var err error
 		select {
 		case <-c.exited:
-			t.Fatalf("containerd exited at start:\n%s", c.Log())
+			err = fmt.Errorf("containerd exited at start:\n%s", c.Log())
 		case <-time.After(100 * time.Millisecond):
+			if time.Now().After(deadline) {
+				err = fmt.Errorf("containerd did not answer in 30 s:\n%s", c.Log())
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("containerd did not answer in 30 s:\n%s", c.Log())
+		if err != nil {
+			c.Stop()
+			return nil, err
 		}
 	}
 }
 
 // Log is containerd's own output so far.
 func (c *Containerd) Log() string {
-	b, _ := os.ReadFile(filepath.Join(c.dir, "containerd.log"))
+	b, _ := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))
 	return string(b)
 }
 
-// Ctr is a ctr command against this containerd, in Namespace.
+// Ctr is a ctr command against this containerd, in its namespace.
 func (c *Containerd) Ctr(ctx context.Context, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ctr", append([]string{"--address", c.Socket, "--namespace", Namespace}, args...)...)
+	return exec.CommandContext(ctx, "ctr", append([]string{"--address", c.Socket, "--namespace", c.namespace}, args...)...)
 }
 
 // Import imports an image archive and returns the names of the images
@@ -141,47 +186,52 @@ func (c *Containerd) PID(ctx context.Context, id string) (int, error) {
 	return 0, fmt.Errorf("no task %s", id)
 }
 
-// stop kills what still runs, stops containerd and removes its directory
-// after unmounting what its snapshotter and shims left mounted.
-func (c *Containerd) stop(t testing.TB) {
+// Stop kills what still runs in its namespace, stops containerd and
+// removes its directory after unmounting what its snapshotter and shims
+// left mounted. It may be called more than once.
+func (c *Containerd) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, err := c.Ctr(ctx, "tasks", "list", "--quiet").Output(); err == nil {
-		for _, id := range strings.Fields(string(out)) {
-			c.Ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id).Run()
-			deadline := time.Now().Add(10 * time.Second)
-			for time.Now().Before(deadline) && c.Ctr(ctx, "tasks", "delete", id).Run() != nil {
-				time.Sleep(100 * time.Millisecond)
-			}
-		}
-	}
-	if out, err := c.Ctr(ctx, "containers", "list", "--quiet").Output(); err == nil {
-		for _, id := range strings.Fields(string(out)) {
-			c.Ctr(ctx, "containers", "delete", id).Run()
-		}
-	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.exited:
-	case <-time.After(10 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.exited
+	default:
+		if out, err := c.Ctr(ctx, "tasks", "list", "--quiet").Output(); err == nil {
+			for _, id := range strings.Fields(string(out)) {
+				c.Ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id).Run()
+				deadline := time.Now().Add(10 * time.Second)
+				for time.Now().Before(deadline) && c.Ctr(ctx, "tasks", "delete", id).Run() != nil {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}
+		if out, err := c.Ctr(ctx, "containers", "list", "--quiet").Output(); err == nil {
+			for _, id := range strings.Fields(string(out)) {
+				c.Ctr(ctx, "containers", "delete", id).Run()
+			}
+		}
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.exited:
+		case <-time.After(10 * time.Second):
+			c.cmd.Process.Kill()
+			<-c.exited
+		}
 	}
-	unmountBelow(t, c.dir)
+	errs := UnmountBelow(c.Dir)
 	// The shims keep runc's state under a fixed path per namespace; it is
 	// empty once the tasks are gone (os.Remove leaves it when not).
-	os.Remove(filepath.Join("/run/containerd/runc", Namespace))
-	if err := os.RemoveAll(c.dir); err != nil {
-		t.Errorf("removing containerd's directory: %v", err)
+	os.Remove(filepath.Join("/run/containerd/runc", c.namespace))
+	if err := os.RemoveAll(c.Dir); err != nil {
+		errs = append(errs, fmt.Errorf("removing containerd's directory: %w", err))
 	}
+	return errors.Join(errs...)
 }
 
-// unmountBelow unmounts every mount under dir, deepest first.
-func unmountBelow(t testing.TB, dir string) {
+// UnmountBelow unmounts every mount under dir, deepest first.
+func UnmountBelow(dir string) []error {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		t.Errorf("reading mounts: %v", err)
-		return
+		return []error{fmt.Errorf("reading mounts: %w", err)}
 	}
 	var mounts []string
 	for _, line := range bytes.Split(b, []byte("\n")) {
@@ -190,9 +240,11 @@ func unmountBelow(t testing.TB, dir string) {
 			mounts = append(mounts, f[4])
 		}
 	}
+	var errs []error
 	for i := len(mounts) - 1; i >= 0; i-- {
 		if err := syscall.Unmount(mounts[i], syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", mounts[i], err)
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
 		}
 	}
+	return errs
 }

@@ -1,0 +1,164 @@
+package testnode
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// createStorageClasses makes the node's two classes, as a user of a small
+// cluster with local disks would (examples/single-node).
+func (n *Node) createStorageClasses(ctx context.Context) error {
+	for _, sc := range []struct {
+		name string
+		dflt bool
+	}{{StorageClassBlock, false}, {StorageClassFilesystem, true}} {
+		obj := &storagev1.StorageClass{
+			ObjectMeta:        metav1.ObjectMeta{Name: sc.name},
+			Provisioner:       "kubernetes.io/no-provisioner",
+			VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+			ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimRetain),
+		}
+		if sc.dflt {
+			obj.Annotations = map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
+		}
+		if _, err := n.Client.StorageV1().StorageClasses().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create storage class %s: %w", sc.name, err)
+		}
+	}
+	return nil
+}
+
+// Volume is a PersistentVolume to add to the node.
+type Volume struct {
+	Name string
+	Size resource.Quantity
+	// Labels let a claim select the volume, as VM-Operator's examples do.
+	Labels map[string]string
+	// Content, for a Block volume, is a file whose bytes the volume starts
+	// with (a bootable disk image); the rest reads as zeros.
+	Content string
+}
+
+// AddBlockVolume adds a local Block PersistentVolume of class
+// StorageClassBlock: a sparse file on a loop device.
+func (n *Node) AddBlockVolume(ctx context.Context, v Volume) error {
+	file := filepath.Join(n.dir, "disks", v.Name+".img")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	if err := writeSparse(file, v.Content, v.Size.Value()); err != nil {
+		return err
+	}
+	out, err := exec.Command("losetup", "--find", "--show", file).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("losetup %s: %w: %s", file, err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	n.loops = append(n.loops, dev)
+	return n.createPV(ctx, v, StorageClassBlock, corev1.PersistentVolumeBlock, dev)
+}
+
+// AddFilesystemVolume adds a local PersistentVolume of class
+// StorageClassFilesystem: a directory of the node's.
+func (n *Node) AddFilesystemVolume(ctx context.Context, v Volume) error {
+	dir := filepath.Join(n.dir, "volumes", v.Name)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	return n.createPV(ctx, v, StorageClassFilesystem, corev1.PersistentVolumeFilesystem, dir)
+}
+
+// VolumePath is where a Filesystem volume's files are on the node.
+func (n *Node) VolumePath(name string) string { return filepath.Join(n.dir, "volumes", name) }
+
+// DiskFile is the file behind a Block volume, to read what a guest wrote.
+func (n *Node) DiskFile(name string) string { return filepath.Join(n.dir, "disks", name+".img") }
+
+func (n *Node) createPV(ctx context.Context, v Volume, class string, mode corev1.PersistentVolumeMode, path string) error {
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: v.Name, Labels: v.Labels},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: v.Size},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              class,
+			VolumeMode:                    &mode,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: path}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{Name},
+				}}}},
+			}},
+		},
+	}
+	if _, err := n.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create persistent volume %s: %w", v.Name, err)
+	}
+	return nil
+}
+
+// writeSparse makes file size bytes long, starting with content's bytes.
+func writeSparse(file, content string, size int64) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if content != "" {
+		src, err := os.Open(content)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		if _, err := io.Copy(f, src); err != nil {
+			return err
+		}
+	}
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// detachLoops detaches the node's loop devices and those the kubelet made
+// for its block volumes (backed by files under the node's directory).
+func (n *Node) detachLoops() []error {
+	if n.dir == "" {
+		return nil
+	}
+	return detachLoopsOf(func(back string) bool { return strings.HasPrefix(back, n.dir+"/") })
+}
+
+// detachLoopsOf detaches the loop devices whose backing file matches,
+// those that stack on others first.
+func detachLoopsOf(match func(back string) bool) []error {
+	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
+	if err != nil {
+		return []error{fmt.Errorf("losetup --list: %w", err)}
+	}
+	var errs []error
+	var ours []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && match(f[1]) {
+			ours = append(ours, f[0])
+		}
+	}
+	for _, dev := range ours {
+		if err := run("losetup", "--detach", dev); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
