@@ -109,7 +109,7 @@ var modules = []string{
 
 // applets get a symlink to busybox in /bin.
 var applets = []string{
-	"sh", "acpid", "cat", "dmesg", "grep", "insmod", "ls", "lsmod",
+	"sh", "acpid", "cat", "dd", "dmesg", "grep", "insmod", "ls", "lsmod",
 	"mkdir", "mount", "poweroff", "ps", "reboot", "sleep", "sync", "umount",
 }
 
