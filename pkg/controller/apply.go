@@ -19,9 +19,13 @@ import (
 )
 
 // applyObjects writes each rendered object whose render hash or owner
-// differs from the cluster's.
-func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects) error {
+// differs from the cluster's. It returns the resourceVersion of the last
+// object written that the pod's config volume projects (the ConfigMap or
+// the cloud-init Secret), "" when it wrote none, for syncPod; on an error
+// too, since what was written before it stays written.
+func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects) (string, error) {
 	owner := ownerReference(vm)
+	var projected string
 	for _, obj := range objs.List() {
 		m := obj.(metav1.Object)
 		kind := obj.GetObjectKind().GroupVersionKind().Kind
@@ -29,7 +33,7 @@ func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, ob
 		hash := m.GetAnnotations()[render.AnnotationHash]
 		cached, err := c.cached(kind, m.GetNamespace(), m.GetName())
 		if err != nil {
-			return err
+			return projected, err
 		}
 		if cached != nil && cached.GetAnnotations()[render.AnnotationHash] == hash && ownedBy(cached, vm.UID) {
 			continue
@@ -40,17 +44,21 @@ func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, ob
 		m.SetOwnerReferences([]metav1.OwnerReference{owner})
 		body, err := json.Marshal(obj)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", kind, m.GetName(), err)
+			return projected, fmt.Errorf("%s %s: %w", kind, m.GetName(), err)
 		}
 		res, err := c.patch(ctx, obj, body)
 		if err != nil {
-			return fmt.Errorf("apply %s %s/%s: %w", kind, m.GetNamespace(), m.GetName(), err)
+			return projected, fmt.Errorf("apply %s %s/%s: %w", kind, m.GetNamespace(), m.GetName(), err)
 		}
 		c.metrics.write(kind)
 		c.written.remember(key, hash, res)
 		klog.FromContext(ctx).V(2).Info("Applied", "kind", kind, "name", m.GetName(), "hash", hash)
+		switch obj.(type) {
+		case *corev1.ConfigMap, *corev1.Secret:
+			projected = res.GetResourceVersion()
+		}
 	}
-	return nil
+	return projected, nil
 }
 
 // cached returns the informer's copy of a rendered object, nil if none.

@@ -6,6 +6,9 @@
 // rate-limited workqueue of VM keys; workers reconcile one VM at a time.
 // Writes are skipped when the render-hash annotation of an object in the
 // cluster matches, so that a resync of an unchanged cluster writes nothing.
+// After a write of what a running VM's pod mounts (a live change in its
+// ConfigMap), it annotates the pod so that the kubelet passes the change
+// on at once (syncPod, pkg/podsync).
 package controller
 
 import (
@@ -26,9 +29,11 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -38,6 +43,9 @@ import (
 
 // FieldManager owns what the operator applies, status included.
 const FieldManager = "vm-operator"
+
+// EventController is the reportingController of the operator's events.
+const EventController = v1.Group + "/vm-operator"
 
 // Config is what New needs besides the clients.
 type Config struct {
@@ -76,6 +84,11 @@ type Controller struct {
 	written *writeCache
 	// access remembers the namespaces whose runner account is in place.
 	access sync.Map
+
+	// events records events about VMs (events.k8s.io), sent by
+	// broadcaster while Run runs.
+	broadcaster events.EventBroadcaster
+	events      events.EventRecorder
 }
 
 // scope holds the listers of one watched namespace (or of all).
@@ -107,7 +120,11 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) *Controll
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "virtualmachines"},
 		),
 		written: newWriteCache(),
+		// Aggregated and rate-limited: a problem repeated for a VM
+		// becomes one event series, not a write per reconcile.
+		broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()}),
 	}
+	c.events = c.broadcaster.NewRecorder(scheme.Scheme, EventController)
 	namespaces := cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
@@ -256,6 +273,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	for _, f := range c.factories {
 		f.Start(ctx.Done())
 	}
+	if err := c.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return err
+	}
+	defer c.broadcaster.Shutdown()
 	log.Info("Waiting for informer caches to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return errors.New("informer caches did not sync")

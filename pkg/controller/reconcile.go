@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -51,7 +52,8 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 	if opts.ServiceAccount, err = c.ensureRunnerAccess(ctx, vm.Namespace); err != nil {
 		return 0, err
 	}
-	if opts.DisplaySecret, err = c.ensureDisplaySecret(ctx, vm); err != nil {
+	var generated string
+	if opts.DisplaySecret, generated, err = c.ensureDisplaySecret(ctx, vm); err != nil {
 		return 0, err
 	}
 	objs, err := render.Render(vm, opts)
@@ -63,7 +65,11 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 		}
 		return 0, err
 	}
-	if err := c.applyObjects(ctx, vm, objs); err != nil {
+	written, err := c.applyObjects(ctx, vm, objs)
+	// What the pod's config volume projects has changed: tell the kubelet,
+	// also when a later write failed.
+	c.syncPod(ctx, vm, cmp.Or(written, generated))
+	if err != nil {
 		return 0, err
 	}
 	if err := c.deleteStale(ctx, vm, objs); err != nil {
@@ -122,12 +128,13 @@ func (c *Controller) ensureRunnerAccess(ctx context.Context, ns string) (string,
 
 // ensureDisplaySecret returns the name of the VM's display Secret, for
 // rendering: one labelled for the VM (VM-Operator's convention) or the
-// conventional name. Unless the VM says generateSecret: false, a VM with
-// SPICE and no such Secret gets one with a random password that has
-// expired, so the display stays locked until a console sets a new one.
+// conventional name (""). Unless the VM says generateSecret: false, a VM
+// with SPICE and no such Secret gets one with a random password that has
+// expired, so the display stays locked until a console sets a new one;
+// the second result is then the new Secret's resourceVersion, for syncPod.
 // That happens when the VM is to run, before its pod exists: a stopped VM
 // has no display, and a thousand stopped VMs need no thousand Secrets.
-func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMachine) (string, error) {
+func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMachine) (string, string, error) {
 	name := render.DisplaySecretName(vm.Name)
 	sel := labels.SelectorFromSet(labels.Set{
 		render.LabelInstance:  vm.Name,
@@ -135,27 +142,27 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 	})
 	list, err := c.scopeOf(vm.Namespace).secrets.Secrets(vm.Namespace).List(sel)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	for _, s := range list {
 		if s.Name == name {
-			return "", nil
+			return "", "", nil
 		}
 	}
 	if len(list) > 0 {
-		return list[0].Name, nil
+		return list[0].Name, "", nil
 	}
 	d := vm.Spec.VM.Display
 	if vm.Spec.VM.State != v1.StateRunning || d == nil || d.Spice == nil || (d.Spice.GenerateSecret != nil && !*d.Spice.GenerateSecret) {
-		return "", nil
+		return "", "", nil
 	}
 	key := writeKey{kind: "Secret", namespace: vm.Namespace, name: name}
 	if c.written.covers(key, "generated", nil) {
-		return "", nil
+		return "", "", nil
 	}
 	pw := make([]byte, 24)
 	if _, err := rand.Read(pw); err != nil {
-		return "", err
+		return "", "", err
 	}
 	lbl := render.DisplaySecretLabels(vm.Name)
 	secret := &corev1.Secret{
@@ -175,11 +182,12 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 		// A Secret without the labels, made by the user: it is theirs.
 		c.written.remember(key, "generated", &metav1.ObjectMeta{})
 	case err != nil:
-		return "", fmt.Errorf("display secret %s/%s: %w", vm.Namespace, name, err)
+		return "", "", fmt.Errorf("display secret %s/%s: %w", vm.Namespace, name, err)
 	default:
 		c.metrics.write("Secret")
 		c.written.remember(key, "generated", res)
 		klog.FromContext(ctx).Info("Generated a display secret (locked until a console sets a password)", "secret", name)
+		return "", res.ResourceVersion, nil
 	}
-	return "", nil
+	return "", "", nil
 }

@@ -46,7 +46,7 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 	if err != nil {
 		return opStatus{}, 0, err
 	}
-	pod, err := s.pods.Pods(vm.Namespace).Get(vm.Name + "-0")
+	pod, err := s.pods.Pods(vm.Namespace).Get(render.PodName(vm.Name))
 	if apierrors.IsNotFound(err) {
 		pod, err = nil, nil
 	}

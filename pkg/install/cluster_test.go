@@ -85,6 +85,7 @@ func TestOnAPIServer(t *testing.T) {
 			{true, ra("get", "", "secrets", "", "kube-system")}, // cluster-wide by design
 			{true, ra("delete", "", "services", "", "any")},
 			{true, ra("watch", "", "pods", "", "any")},
+			{true, ra("patch", "", "pods", "", "any")}, // the annotation that makes the kubelet refresh a pod's config
 			{true, ra("create", "", "events", "", "any")},
 			{true, ra("patch", "events.k8s.io", "events", "", "any")},
 			{true, ra("create", "", "serviceaccounts", "", "any")},
@@ -143,6 +144,7 @@ func TestOnAPIServer(t *testing.T) {
 			{false, ra("get", "apps", "statefulsets", "", vmNamespace)},
 			{false, ra("patch", "apps", "statefulsets", "", vmNamespace)},
 			{false, ra("get", "apps", "statefulsets", "scale", vmNamespace)},
+			{false, ra("patch", "", "pods", "", vmNamespace)},
 		} {
 			require.Equal(t, a.allowed, can(t, cs, runnerUser, a.attrs), "%s may %+v", runnerUser, a.attrs)
 		}

@@ -237,6 +237,9 @@ func DisplaySecretLabels(vm string) map[string]string {
 // DisplaySecretName is the conventional name of a VM's display Secret.
 func DisplaySecretName(vm string) string { return vm + "-display-secret" }
 
+// PodName is the name of the VM's pod: the one replica of its StatefulSet.
+func PodName(vm string) string { return vm + "-0" }
+
 func (r *renderer) meta(name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: r.vm.Namespace, Labels: Labels(r.vm.Name)}
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"slices"
@@ -27,6 +28,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
@@ -164,9 +166,10 @@ func (c *Client) Scale(ctx context.Context, vm *VM, replicas int32) error {
 }
 
 // UpdateConfig changes the runner config in the VM's ConfigMap (GitOps
-// mode); the runner applies it live. A concurrent change makes it fail
-// rather than be overwritten.
-func (c *Client) UpdateConfig(ctx context.Context, vm *VM, change func(*runnerconfig.Config) error) error {
+// mode) and then annotates the VM's pod (SyncPod), so that the runner sees
+// the change within a second and applies it live; warnings go to w. A
+// concurrent change makes it fail rather than be overwritten.
+func (c *Client) UpdateConfig(ctx context.Context, vm *VM, w io.Writer, change func(*runnerconfig.Config) error) error {
 	cm, err := c.Kube.CoreV1().ConfigMaps(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
 	if err != nil {
 		return c.Explain(err)
@@ -187,13 +190,29 @@ func (c *Client) UpdateConfig(ctx context.Context, vm *VM, change func(*runnerco
 		return fmt.Errorf("configmap %s/%s: %w", vm.Namespace, vm.Name, err)
 	}
 	cm.Data[runnerconfig.ConfigFile] = string(data)
-	_, err = c.Kube.CoreV1().ConfigMaps(vm.Namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: FieldManager})
-	return c.Explain(err)
+	cm, err = c.Kube.CoreV1().ConfigMaps(vm.Namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return c.Explain(err)
+	}
+	c.SyncPod(ctx, vm, podsync.AnnotationConfigVersion, cm.ResourceVersion, "the change", w)
+	return nil
+}
+
+// SyncPod sets annotation to resourceVersion on the VM's pod, if it has
+// one, right after a write of that version to an object that the pod's
+// config volume projects (see pkg/podsync): the kubelet then refreshes the
+// volume at once, not at its next periodic sync. A failure, e.g. for want
+// of the right to patch pods, is only a warning on w that what changed
+// may take a minute to reach the runner.
+func (c *Client) SyncPod(ctx context.Context, vm *VM, annotation, resourceVersion, what string, w io.Writer) {
+	if _, err := podsync.Nudge(ctx, c.Kube.CoreV1(), vm.Namespace, vm.Name, annotation, resourceVersion, FieldManager); err != nil {
+		fmt.Fprintf(w, "warning: %s may take a minute to reach the runner: %v\n", what, c.Explain(err))
+	}
 }
 
 // Pod returns the VM's pod, nil when there is none.
 func (c *Client) Pod(ctx context.Context, vm *VM) (*corev1.Pod, error) {
-	pod, err := c.Kube.CoreV1().Pods(vm.Namespace).Get(ctx, vm.Name+"-0", metav1.GetOptions{})
+	pod, err := c.Kube.CoreV1().Pods(vm.Namespace).Get(ctx, render.PodName(vm.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

@@ -1,16 +1,20 @@
 package vmclient_test
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/vmop/vmop/internal/vmtest"
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmclient"
 )
@@ -128,10 +132,12 @@ func TestClient(t *testing.T) {
 		file := before.Data[runnerconfig.ConfigFile]
 		require.Contains(t, file, "currentCpus: 8\n")
 
-		require.NoError(t, c.UpdateConfig(ctx, vm, func(cfg *runnerconfig.Config) error {
+		var warnings bytes.Buffer
+		require.NoError(t, c.UpdateConfig(ctx, vm, &warnings, func(cfg *runnerconfig.Config) error {
 			cfg.VM.CurrentCPUs = 4
 			return nil
 		}))
+		require.Empty(t, warnings.String(), "a stopped VM has no pod to annotate")
 		after, err := configMaps.Get(ctx, vmtest.Server, metav1.GetOptions{})
 		require.NoError(t, err)
 		// The file is written as render writes it: only the changed line
@@ -144,7 +150,7 @@ func TestClient(t *testing.T) {
 		require.Equal(t, before.Annotations, after.Annotations)
 
 		// A change the runner would refuse is not written.
-		err = c.UpdateConfig(ctx, vm, func(cfg *runnerconfig.Config) error {
+		err = c.UpdateConfig(ctx, vm, &warnings, func(cfg *runnerconfig.Config) error {
 			cfg.VM.CurrentCPUs = -1
 			return nil
 		})
@@ -152,5 +158,62 @@ func TestClient(t *testing.T) {
 		unchanged, err := configMaps.Get(ctx, vmtest.Server, metav1.GetOptions{})
 		require.NoError(t, err)
 		require.Equal(t, after.ResourceVersion, unchanged.ResourceVersion)
+	})
+
+	// setCPUs sets the GitOps VM's currentCpus as c and returns the
+	// warnings and the ConfigMap written.
+	setCPUs := func(t *testing.T, c *vmclient.Client, cpus int32) (string, *corev1.ConfigMap) {
+		t.Helper()
+		vm, err := c.Get(ctx, vmtest.GitOps)
+		require.NoError(t, err)
+		var warnings bytes.Buffer
+		require.NoError(t, c.UpdateConfig(ctx, vm, &warnings, func(cfg *runnerconfig.Config) error {
+			cfg.VM.CurrentCPUs = cpus
+			return nil
+		}))
+		cm, err := e.Kube.CoreV1().ConfigMaps(vmtest.Namespace).Get(ctx, vmtest.GitOps, metav1.GetOptions{})
+		require.NoError(t, err)
+		return warnings.String(), cm
+	}
+
+	t.Run("update config annotates the pod", func(t *testing.T) {
+		warnings, cm := setCPUs(t, c, 1)
+		require.Empty(t, warnings)
+		pod, err := e.Kube.CoreV1().Pods(vmtest.Namespace).Get(ctx, vmtest.GitOps+"-0", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, cm.ResourceVersion, pod.Annotations[podsync.AnnotationConfigVersion], "the kubelet is nudged to refresh the ConfigMap")
+	})
+
+	t.Run("update config without the right to patch pods warns", func(t *testing.T) {
+		const user = "config-editor"
+		role := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: user},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{v1.Group}, Resources: []string{"vms"}, Verbs: []string{"get"}},
+				{APIGroups: []string{"apps"}, Resources: []string{"statefulsets"}, Verbs: []string{"get"}},
+				{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "update"}},
+			},
+		}
+		_, err := e.Kube.RbacV1().Roles(vmtest.Namespace).Create(ctx, role, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = e.Kube.RbacV1().RoleBindings(vmtest.Namespace).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		flags := e.ConfigFlags(vmtest.Namespace)
+		flags.Impersonate = ptr.To(user)
+		editor, err := vmclient.New(flags)
+		require.NoError(t, err)
+
+		// The change is made; only its way to the runner is slower.
+		warnings, cm := setCPUs(t, editor, 2)
+		require.Contains(t, warnings, "warning: the change may take a minute to reach the runner: ")
+		require.Contains(t, warnings, `User "config-editor" cannot patch resource "pods"`)
+		require.Contains(t, warnings, "ask a cluster administrator")
+		cfg, err := runnerconfig.Parse([]byte(cm.Data[runnerconfig.ConfigFile]))
+		require.NoError(t, err)
+		require.Equal(t, int32(2), cfg.VM.CurrentCPUs)
 	})
 }

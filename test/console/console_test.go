@@ -37,6 +37,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/cmd/console"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runner"
@@ -391,7 +392,7 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, "+20", string(s.Data[runnerconfig.PasswordExpiryFile]))
 		pod, err := e.kube.CoreV1().Pods(ns).Get(ctx, g.Name+"-0", metav1.GetOptions{})
 		require.NoError(t, err)
-		require.Equal(t, s.ResourceVersion, pod.Annotations[console.AnnotationPasswordSerial], "the kubelet is nudged to refresh the Secret")
+		require.Equal(t, s.ResourceVersion, pod.Annotations[podsync.AnnotationPasswordSerial], "the kubelet is nudged to refresh the Secret")
 	})
 
 	t.Run("errors", func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vmop/vmop/internal/plugintest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
@@ -73,6 +74,9 @@ func TestCommands(t *testing.T) {
 		spec := e.vmSpec(t, ns, "vm1")
 		require.EqualValues(t, 3, *spec.CurrentCPUs)
 		require.Equal(t, v1.Quantity("1536Mi"), spec.CurrentRAM)
+		// The operator writes the ConfigMap, then annotates the pod.
+		e.waitConfig(t, ns, "vm1", "currentCpus: 3")
+		e.waitPodSynced(t, ns, "vm1")
 		require.Contains(t, fail(t, "set", "-n", ns, "vm1", "--cpus", "8"), "--cpus 8: more than spec.vm.maximumCpus (4)")
 		require.Contains(t, fail(t, "set", "-n", ns, "vm1", "--ram", "3Gi"), "--ram 3Gi: more than spec.vm.maximumRam (2Gi)")
 		require.Contains(t, fail(t, "set", "-n", ns, "vm1"), "nothing to set")
@@ -116,9 +120,14 @@ func TestCommands(t *testing.T) {
 
 		_, errOut = run(t, "set", "-n", ns, "g1", "--cpus", "2", "--ram", "1Gi")
 		require.Contains(t, errOut, "GitOps mode")
+		require.NotContains(t, errOut, "may take a minute")
 		cfg := e.runnerConfig(t, ns, "g1")
 		require.EqualValues(t, 2, cfg.VM.CurrentCPUs)
 		require.EqualValues(t, 1<<30, cfg.VM.CurrentRAM.Bytes)
+		// The plugin annotated the pod before it returned.
+		cm, err := e.kube.CoreV1().ConfigMaps(ns).Get(ctx, "g1", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, cm.ResourceVersion, e.pod(t, ns, "g1-0").Annotations[podsync.AnnotationConfigVersion])
 		require.Contains(t, fail(t, "set", "-n", ns, "g1", "--cpus", "5"), "--cpus 5: more than ConfigMap g1: /Runner.vm.maximumCpus (4)")
 
 		run(t, "cdrom", "-n", ns, "g1", "insert", "x.iso")

@@ -29,6 +29,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 )
 
@@ -122,6 +123,7 @@ func TestOperator(t *testing.T) {
 			[]byte(`[{"op":"replace","path":"/spec/vm/disks/1/cdrom/image","value":"installer.iso"}]`), metav1.PatchOptions{})
 		require.NoError(t, err)
 		e.waitConfig(t, ns, "vm1", "installer.iso")
+		e.waitPodSynced(t, ns, "vm1")
 		gen := e.getVM(ns, "vm1").GetGeneration()
 		st = e.waitStatus(ns, "vm1", 30*time.Second, "observed the live changes", func(st v1.VirtualMachineStatus) bool {
 			return st.ObservedGeneration == gen
@@ -445,6 +447,29 @@ func (e *env) waitConfig(t *testing.T, ns, name string, want ...string) {
 		}
 		return ""
 	})
+}
+
+// waitPodSynced waits until the VM's pod carries the resourceVersion of
+// the VM's ConfigMap in podsync.AnnotationConfigVersion, which makes the
+// kubelet refresh the pod's config volume at once, and returns it.
+func (e *env) waitPodSynced(t *testing.T, ns, name string) string {
+	t.Helper()
+	var rv string
+	eventually(t, 10*time.Second, func() string {
+		cm, err := e.kube.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		pod, err := e.kube.CoreV1().Pods(ns).Get(t.Context(), render.PodName(name), metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if rv = pod.Annotations[podsync.AnnotationConfigVersion]; rv != cm.ResourceVersion {
+			return fmt.Sprintf("pod %s: %s %q, ConfigMap's resourceVersion %s", pod.Name, podsync.AnnotationConfigVersion, rv, cm.ResourceVersion)
+		}
+		return ""
+	})
+	return rv
 }
 
 func (e *env) pvcNames(t *testing.T, ns string) []string {

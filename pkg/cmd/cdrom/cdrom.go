@@ -14,6 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/vmop/vmop/pkg/cmd/completion"
+	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmclient"
@@ -42,7 +43,9 @@ counted from 0). IMAGE is a path in the image repository volume, an absolute
 path or a URL, as in spec.vm.disks[].cdrom.image. A running guest sees the
 change at once; one that holds the tray locked gets it when it unlocks it.
 Without a VirtualMachine (GitOps mode) the change goes into the VM's
-ConfigMap, and the next sync from Git undoes it.`,
+ConfigMap, and the next sync from Git undoes it; the pod's annotation
+` + podsync.AnnotationConfigVersion + ` then makes the kubelet pass the change on at once
+(without the right to patch pods it takes up to a minute or so).`,
 		Example: fmt.Sprintf(`  # Insert an installer image
   %[1]s cdrom test-vm insert debian-12.iso
 
@@ -101,7 +104,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if vm.Mode == vmclient.ModeOperator {
 		err = o.patchVM(ctx, vm)
 	} else {
-		err = c.UpdateConfig(ctx, vm, func(cfg *runnerconfig.Config) error {
+		err = c.UpdateConfig(ctx, vm, o.ErrOut, func(cfg *runnerconfig.Config) error {
 			n := 0
 			for i := range cfg.VM.Drives {
 				if d := &cfg.VM.Drives[i]; d.Type == runnerconfig.DriveCDROM {

@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -28,6 +27,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/cmd/completion"
+	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmclient"
@@ -35,12 +35,6 @@ import (
 
 // Viewer is the SPICE client that the command launches (from virt-viewer).
 const Viewer = "remote-viewer"
-
-// AnnotationPasswordSerial on the VM's pod changes with every new display
-// password. A pod update makes the kubelet refresh the pod's Secret volumes
-// at once rather than at its next periodic sync (up to a minute or more);
-// VM-Operator does the same.
-const AnnotationPasswordSerial = v1.Group + "/display-password-serial"
 
 // Options are the options of the console command.
 type Options struct {
@@ -173,7 +167,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if ep.forward != nil {
 		defer ep.forward.Close()
 	}
-	password, err := o.setPassword(ctx, vm, pod)
+	password, err := o.setPassword(ctx, vm)
 	if err != nil {
 		return err
 	}
@@ -234,7 +228,7 @@ func spiceOf(vm *vmclient.VM) (*v1.Spice, error) {
 
 // setPassword writes a new random password into the display Secret and
 // waits until the runner has applied it.
-func (o *Options) setPassword(ctx context.Context, vm *vmclient.VM, pod *corev1.Pod) (string, error) {
+func (o *Options) setPassword(ctx context.Context, vm *vmclient.VM) (string, error) {
 	c := o.client
 	random := make([]byte, 24)
 	if _, err := rand.Read(random); err != nil {
@@ -273,11 +267,10 @@ func (o *Options) setPassword(ctx context.Context, vm *vmclient.VM, pod *corev1.
 		fmt.Fprintf(o.ErrOut, "warning: %s had no display Secret: created %s; its display stays without a password until the VM restarts\n", vm.Name, secret.Name)
 		return password, nil
 	}
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, AnnotationPasswordSerial, secret.ResourceVersion)
-	if _, err := c.Kube.CoreV1().Pods(vm.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch,
-		metav1.PatchOptions{FieldManager: vmclient.FieldManager}); err != nil {
-		fmt.Fprintf(o.ErrOut, "warning: the new password may take a minute to reach the runner: %v\n", c.Explain(err))
-	}
+	// The pod's annotation podsync.AnnotationPasswordSerial changes with
+	// every new password, so that the kubelet refreshes the Secret in the
+	// pod at once.
+	c.SyncPod(ctx, vm, podsync.AnnotationPasswordSerial, secret.ResourceVersion, "the new password", o.ErrOut)
 	if vm.Mode == vmclient.ModeGitOps {
 		fmt.Fprintf(o.ErrOut, "warning: %s/%s has no VirtualMachine (GitOps mode), whose status would confirm the new password: it may take a moment to apply\n", vm.Namespace, vm.Name)
 		return password, nil

@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/cmd/completion"
+	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmclient"
 )
@@ -40,7 +41,8 @@ func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 is not on its disks is lost). The pod stays. It raises the VM's annotation
 ` + v1.AnnotationResetCounter + `, which the runner turns into a reset;
 without a VirtualMachine (GitOps mode) it raises resetCounter in the VM's
-ConfigMap.`,
+ConfigMap and sets the pod's annotation ` + podsync.AnnotationConfigVersion + `,
+which makes the kubelet pass the change on at once.`,
 		Example: fmt.Sprintf(`  # Reset a hung guest
   %[1]s reset test-vm`, name),
 		Args:              cobra.ExactArgs(1),
@@ -103,7 +105,7 @@ func (o *Options) Run(ctx context.Context) error {
 			return c.Explain(err)
 		}
 	} else {
-		err := c.UpdateConfig(ctx, vm, func(cfg *runnerconfig.Config) error {
+		err := c.UpdateConfig(ctx, vm, o.ErrOut, func(cfg *runnerconfig.Config) error {
 			cfg.ResetCounter++
 			return nil
 		})

@@ -13,6 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/vmop/vmop/pkg/cmd/completion"
+	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmclient"
 )
@@ -39,7 +40,9 @@ func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 up to its maximumCpus and maximumRam. The runner hot-plugs CPUs and moves
 the memory balloon: the guest keeps running. Without a VirtualMachine
 (GitOps mode) the change goes into the VM's ConfigMap, and the next sync
-from Git undoes it.`,
+from Git undoes it; the pod's annotation ` + podsync.AnnotationConfigVersion + `
+then makes the kubelet pass the change on at once (without the right to
+patch pods it takes up to a minute or so).`,
 		Example: fmt.Sprintf(`  # Give a VM 4 CPUs and 8 GiB
   %[1]s set test-vm --cpus 4 --ram 8Gi`, name),
 		Args:              cobra.ExactArgs(1),
@@ -109,7 +112,7 @@ func (o *Options) Run(ctx context.Context) error {
 			return err
 		}
 	} else {
-		err := c.UpdateConfig(ctx, vm, func(cfg *runnerconfig.Config) error {
+		err := c.UpdateConfig(ctx, vm, o.ErrOut, func(cfg *runnerconfig.Config) error {
 			if err := o.check(cfg.VM.MaximumCPUs, cfg.VM.MaximumRAM.Bytes, "ConfigMap "+vm.Name+": /Runner.vm."); err != nil {
 				return err
 			}
