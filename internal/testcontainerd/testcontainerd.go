@@ -41,6 +41,10 @@ type Options struct {
 	// CRI, when not empty, is the body of the CRI plugin's config section
 	// (TOML): a kubelet's node needs it. Without it the plugin is off.
 	CRI string
+	// Parent is where its directory is made; empty means the system's
+	// temporary directory. (Keep it short: the socket path must fit a
+	// sockaddr_un.)
+	Parent string
 }
 
 const depsHint = "run `make deps` (installs containerd and runc)"
@@ -87,8 +91,7 @@ func Run(opts Options) (*Containerd, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = Namespace
 	}
-	// Short: the socket path must fit a sockaddr_un.
-	dir, err := os.MkdirTemp("", "ctrd")
+	dir, err := os.MkdirTemp(opts.Parent, "ctrd")
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,14 @@
 package testnode
 
 import (
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
 	"fmt"
+	"github.com/vmop/vmop/internal/testcontainerd"
 	"os"
 	"os/exec"
 	"slices"
@@ -17,13 +24,18 @@ var kubeletSysctls = []string{"kernel/panic", "kernel/panic_on_oops", "vm/overco
 var deviceDirs = []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet"}
 
 // hostState records what the node changes on the host and undoes it.
+// What the host had before is also kept in stateFile, so that a run after
+// a killed one can put it back.
 type hostState struct {
-	sysctls map[string]string
-	// chains are the iptables chains per "command table" before the start.
-	chains  map[string][]string
-	newDirs []string
+	Sysctls map[string]string
+	// Chains are the iptables chains per "command table" before the start.
+	Chains  map[string][]string
+	NewDirs []string
 	undos   []undo
 }
+
+// stateFile keeps a running node's hostState.
+var stateFile = filepath.Join(os.TempDir(), "vmop-testnode-host.json")
 
 type undo struct {
 	what string
@@ -35,28 +47,32 @@ var iptablesTables = [][2]string{{"iptables", "filter"}, {"iptables", "nat"}, {"
 
 // record notes the host's state before the node changes it.
 func (h *hostState) record() error {
-	h.sysctls = map[string]string{}
+	h.Sysctls = map[string]string{}
 	for _, k := range kubeletSysctls {
 		b, err := os.ReadFile("/proc/sys/" + k)
 		if err != nil {
 			return err
 		}
-		h.sysctls[k] = strings.TrimSpace(string(b))
+		h.Sysctls[k] = strings.TrimSpace(string(b))
 	}
-	h.chains = map[string][]string{}
+	h.Chains = map[string][]string{}
 	for _, t := range iptablesTables {
 		chains, err := listChains(t[0], t[1])
 		if err != nil {
 			continue // e.g. no ip6tables nat table in this kernel
 		}
-		h.chains[t[0]+" "+t[1]] = chains
+		h.Chains[t[0]+" "+t[1]] = chains
 	}
 	for _, d := range deviceDirs {
 		if _, err := os.Stat(d); os.IsNotExist(err) {
-			h.newDirs = append(h.newDirs, d)
+			h.NewDirs = append(h.NewDirs, d)
 		}
 	}
-	return nil
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(stateFile, b, 0o600)
 }
 
 // undo adds a change to put back, in reverse order, on restore.
@@ -85,19 +101,22 @@ func (h *hostState) restore() []error {
 		}
 	}
 	h.undos = nil
-	for k, v := range h.sysctls {
+	for k, v := range h.Sysctls {
 		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
 			errs = append(errs, fmt.Errorf("restore sysctl %s: %w", k, err))
 		}
 	}
-	for key, before := range h.chains {
+	for key, before := range h.Chains {
 		cmd, table, _ := strings.Cut(key, " ")
 		errs = append(errs, removeNewChains(cmd, table, before)...)
 	}
-	for _, d := range h.newDirs {
+	for _, d := range h.NewDirs {
 		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if h.Sysctls != nil {
+		_ = os.Remove(stateFile)
 	}
 	return errs
 }
@@ -162,10 +181,62 @@ func removeNewChains(cmd, table string, before []string) []error {
 	return errs
 }
 
-// cleanStale removes what a node of a killed test run left: its bridge and
-// rules. (Its loop devices point into a removed directory: see detachLoops.)
+// dirPrefix starts the name of a node's directory in the system's
+// temporary directory.
+const dirPrefix = "vmop-node-"
+
+// lockNode waits until no other node runs on the machine (test binaries of
+// several packages run at once) and returns the release.
+func lockNode() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "vmop-testnode.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// cleanStale removes what nodes of killed test runs left (the caller holds
+// the lock, so every node directory is stale): their containers (runc's
+// state for containerd's k8s.io namespace names each one's bundle, inside
+// the node's directory), processes, mounts, loop devices, bridge and
+// rules.
 func cleanStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	if len(dirs) > 0 {
+		killStaleContainers(dirs)
+		killStaleProcesses(dirs)
+	}
+	for _, d := range dirs {
+		testcontainerd.UnmountBelow(d)
+		detachLoopsOf(func(back string) bool { return strings.HasPrefix(back, d+"/") })
+		os.RemoveAll(d)
+	}
+	// The network namespaces of its pods: those with an address of the
+	// node's subnet.
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			addrs, _ := exec.Command("ip", "-n", f[0], "-4", "-o", "addr").Output()
+			if strings.Contains(string(addrs), " "+subnetPrefix) {
+				_ = exec.Command("ip", "netns", "del", f[0]).Run()
+			}
+		}
+	}
 	_ = exec.Command("ip", "link", "del", Bridge).Run()
+	if b, err := os.ReadFile(stateFile); err == nil {
+		var h hostState
+		if json.Unmarshal(b, &h) == nil {
+			h.restore()
+		}
+		os.Remove(stateFile)
+	}
 	for _, t := range []string{"filter", "nat"} {
 		out, err := exec.Command("iptables", "-t", t, "-S").Output()
 		if err != nil {
@@ -178,7 +249,65 @@ func cleanStale() {
 			_ = exec.Command("iptables", append([]string{"-t", t, "-D"}, unquote(strings.Fields(line)[1:])...)...).Run()
 		}
 	}
-	detachLoopsOf(func(back string) bool { return strings.Contains(back, "/vmop-node-") })
+}
+
+// runcRoot is where the runc shims of containerd's k8s.io namespace keep
+// their containers' state, whatever containerd's own directories.
+const runcRoot = "/run/containerd/runc/k8s.io"
+
+func killStaleContainers(dirs []string) {
+	out, err := exec.Command("runc", "--root", runcRoot, "list", "--format", "json").Output()
+	if err != nil {
+		return
+	}
+	var list []struct {
+		ID     string `json:"id"`
+		Bundle string `json:"bundle"`
+	}
+	if json.Unmarshal(out, &list) != nil {
+		return
+	}
+	for _, c := range list {
+		if !underAny(c.Bundle, dirs) {
+			continue
+		}
+		_ = exec.Command("runc", "--root", runcRoot, "kill", "--all", c.ID, "KILL").Run()
+		for range 50 {
+			if exec.Command("runc", "--root", runcRoot, "delete", "--force", c.ID).Run() == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// killStaleProcesses kills the processes whose command line names a stale
+// directory: containerd's shims, which outlive their containerd.
+func killStaleProcesses(dirs []string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, arg := range strings.Split(string(b), "\x00") {
+			if underAny(arg, dirs) {
+				if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+				break
+			}
+		}
+	}
+}
+
+func underAny(path string, dirs []string) bool {
+	for _, d := range dirs {
+		if strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // unquote drops the quotes iptables -S puts around a comment.

@@ -65,7 +65,6 @@ func (n *Node) AddBlockVolume(ctx context.Context, v Volume) error {
 		return fmt.Errorf("losetup %s: %w: %s", file, err, out)
 	}
 	dev := strings.TrimSpace(string(out))
-	n.loops = append(n.loops, dev)
 	return n.createPV(ctx, v, StorageClassBlock, corev1.PersistentVolumeBlock, dev)
 }
 

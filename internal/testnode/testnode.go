@@ -43,6 +43,8 @@ const (
 	// server's (pods reach the API through the kubernetes Service, which
 	// a DNAT rule sends here).
 	IP = "10.99.0.1"
+	// subnetPrefix starts every address of Subnet.
+	subnetPrefix = "10.99.0."
 	// kubernetesServiceIP is the first address of testcluster.ServiceCIDR.
 	kubernetesServiceIP = "10.0.0.1"
 	// ruleComment marks the iptables rules of the node, so that a later
@@ -95,7 +97,7 @@ type Node struct {
 	dir         string
 	kubeletArgs []string
 	host        hostState
-	loops       []string
+	unlock      func()
 }
 
 // New starts a node for t and stops it when t ends. It skips t when the
@@ -154,8 +156,14 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n = &Node{}
-	if n.dir, err = os.MkdirTemp("", "vmop-node-"); err != nil {
+	unlock, err := lockNode()
+	if err != nil {
+		return nil, err
+	}
+	cleanStale()
+	n = &Node{unlock: unlock}
+	if n.dir, err = os.MkdirTemp("", dirPrefix); err != nil {
+		unlock()
 		return nil, err
 	}
 	defer func() {
@@ -166,7 +174,6 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			n = nil
 		}
 	}()
-	cleanStale()
 	if err = n.host.record(); err != nil {
 		return n, err
 	}
@@ -264,6 +271,9 @@ func (n *Node) startContainerd(ctx context.Context, images []string) error {
 	var err error
 	n.Containerd, err = testcontainerd.Run(testcontainerd.Options{
 		Namespace: "k8s.io",
+		// Inside the node's directory, so that a later run finds the
+		// containers of a killed one by their bundles' paths.
+		Parent: n.dir,
 		// restrict_oom_score_adj: this machine's root lacks
 		// CAP_SYS_RESOURCE, so runc cannot give the sandbox the negative
 		// oom_score_adj the kubelet asks for.
@@ -414,6 +424,10 @@ func (n *Node) Stop() error {
 	errs = append(errs, n.host.restore()...)
 	if n.dir != "" {
 		errs = append(errs, os.RemoveAll(n.dir))
+	}
+	if n.unlock != nil {
+		n.unlock()
+		n.unlock = nil
 	}
 	return errors.Join(errs...)
 }

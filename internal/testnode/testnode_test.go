@@ -18,7 +18,11 @@ import (
 // TestNode runs a pod with a Block and a Filesystem claim on the node and
 // checks that nothing of the node is left on the host afterwards.
 func TestNode(t *testing.T) {
+	unlock, err := lockNode()
+	require.NoError(t, err)
+	cleanStale()
 	before := hostSnapshot(t)
+	unlock()
 	t.Run("pod", func(t *testing.T) {
 		n := New(t, Options{})
 		ctx := t.Context()
@@ -67,7 +71,7 @@ func TestNode(t *testing.T) {
 		require.NoError(t, err, "pod status: %+v", pod.Status)
 		t.Logf("pod Running %v after create, on %s with IP %s", time.Since(start).Round(time.Millisecond), pod.Spec.NodeName, pod.Status.PodIP)
 		require.Equal(t, Name, pod.Spec.NodeName)
-		require.True(t, strings.HasPrefix(pod.Status.PodIP, "10.99.0."), pod.Status.PodIP)
+		require.True(t, strings.HasPrefix(pod.Status.PodIP, subnetPrefix), pod.Status.PodIP)
 	})
 	require.Equal(t, before, hostSnapshot(t), "the host after the node stopped")
 }
