@@ -192,6 +192,11 @@ func (r *Runner) start(ctx context.Context) error {
 	if err := r.mon.Cont(ctx); err != nil {
 		return fmt.Errorf("QMP cont: %w", err)
 	}
+	// BALLOON_CHANGE comes only when the guest's RAM changes: a VM that
+	// starts with all its RAM would never report any.
+	if actual, err := r.mon.QueryBalloon(ctx); err == nil {
+		r.status.RAM = actual
+	}
 	r.status.Running = true
 	r.ready.Store(true)
 	r.report(ctx)
