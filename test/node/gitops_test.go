@@ -1,0 +1,69 @@
+package node
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/internal/testguest"
+)
+
+// TestGitOpsJourney is the journey without the operator: the rendered
+// objects are applied as Argo CD or Flux would, and the plugin's commands
+// change them.
+func TestGitOpsJourney(t *testing.T) {
+	const ns, vm = "gitops", "guest"
+	createNamespace(t, ns)
+	disk := addGuestDisk(t, ns, vm)
+	addImageRepository(t, ns)
+	file := filepath.Join(t.TempDir(), "vm.yaml")
+	manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: Running", 1)
+	require.NoError(t, os.WriteFile(file, []byte(manifest), 0o644))
+
+	rendered := kubectl(t, "", "vm", "render", "-f", file)
+	start := time.Now()
+	kubectl(t, rendered, "apply", "-f", "-")
+	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 3*time.Minute))
+	t.Logf("kubectl apply to the guest's first line: %v", time.Since(start).Round(time.Millisecond))
+	waitConsole(t, ns, vm, testguest.ReadyLine, time.Minute)
+
+	status := kubectl(t, "", "vm", "status", "-n", ns, vm)
+	require.Contains(t, status, "Running", "kubectl vm status")
+
+	t.Run("live changes", func(t *testing.T) {
+		pod := podUID(t, ns, vm)
+		liveChanges(t, ns, vm)
+		require.Equal(t, pod, podUID(t, ns, vm), "the pod was replaced")
+	})
+
+	t.Run("stop and start", func(t *testing.T) {
+		exit := watchRunnerExit(t, ns, vm)
+		kubectl(t, "", "vm", "stop", "-n", ns, vm, "--wait", "--timeout", "3m")
+		select {
+		case code := <-exit:
+			require.Equal(t, int32(0), code, "the runner's exit code")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the runner's exit was not seen")
+		}
+		kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
+		require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
+	})
+
+	// Git wins: deleting the rendered objects (what a sync does when the
+	// VM leaves Git) keeps the disk.
+	kubectl(t, rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
+	eventually(t, 2*time.Minute, func() string {
+		if _, _, err := kubectlResult(t.Context(), "", "get", "pod", "-n", ns, vm+"-0"); err == nil {
+			return "the pod is still there"
+		}
+		return ""
+	})
+	boots, err := testguest.ReadBoots(node.DiskFile(disk))
+	require.NoError(t, err)
+	require.Equal(t, 2, boots)
+}

@@ -1,0 +1,218 @@
+// Package node walks a user's journeys with vmop on a real node: a
+// kubelet with containerd and runc (internal/testnode) runs vmop's own
+// images, built as make images builds them, and the test guest boots in
+// the VM's pod from a Block disk. Commands go through the real kubectl,
+// which finds kubectl-vm on PATH as it would for a user.
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/vmop/vmop/internal/imagebuild"
+	"github.com/vmop/vmop/internal/testnode"
+)
+
+var (
+	node *testnode.Node
+	// binDir holds kubectl-vm, first on the PATH of kubectl commands.
+	binDir string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if err := testnode.Check(); err != nil {
+		if os.Getenv("VMOP_REQUIRE_CONTAINERD") != "" {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "skipping the node tests:", err)
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "vmop-node-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	archives, err := build(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "building:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	node, err = testnode.Start(ctx, testnode.Options{Images: archives})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test node:", err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		for _, p := range append(node.Processes(), node.Kubelet, node.Scheduler) {
+			fmt.Fprintf(os.Stderr, "--- %s log (%s), last lines:\n%s\n", p.Name, p.Log, p.LogTail(40))
+		}
+	}
+	if err := node.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the test node:", err)
+		code = 1
+	}
+	return code
+}
+
+// build makes vmop's images as make images does, with the version of a
+// plugin built without flags ("devel"), and the plugin itself.
+func build(dir string) ([]string, error) {
+	module, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return nil, err
+	}
+	o := imagebuild.Options{
+		Module:  filepath.Dir(strings.TrimSpace(string(module))),
+		Version: "devel",
+		Created: time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC),
+		Out:     filepath.Join(dir, "images"),
+	}
+	if o.RunnerRoot, err = imagebuild.RunnerRoot(o.Module); err != nil {
+		return nil, err
+	}
+	built, err := imagebuild.Build(o)
+	if err != nil {
+		return nil, err
+	}
+	var archives []string
+	for _, b := range built {
+		archives = append(archives, b.Archive)
+	}
+	binDir = filepath.Join(dir, "bin")
+	cmd := exec.Command("go", "build", "-o", binDir+"/", "github.com/vmop/vmop/cmd/kubectl-vm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build kubectl-vm: %w\n%s", err, out)
+	}
+	return archives, nil
+}
+
+// kubectl runs the real kubectl against the node's cluster, with
+// kubectl-vm on its PATH, and fails t unless it succeeds.
+func kubectl(t testing.TB, stdin string, args ...string) string {
+	t.Helper()
+	out, errOut, err := kubectlResult(t.Context(), stdin, args...)
+	require.NoError(t, err, "kubectl %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), out, errOut)
+	return out
+}
+
+func kubectlResult(ctx context.Context, stdin string, args ...string) (stdout, stderr string, err error) {
+	// KUBECONFIG, not --kubeconfig: kubectl takes no flags before a
+	// plugin's name.
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "KUBECONFIG="+node.Kubeconfig)
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// createNamespace makes a namespace for one journey.
+func createNamespace(t testing.TB, name string) {
+	t.Helper()
+	_, err := node.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// eventually polls cond until it returns "" or the time is up, then fails
+// t with cond's last complaint.
+func eventually(t testing.TB, timeout time.Duration, cond func() string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = cond()
+		return last == "", nil
+	})
+	if err != nil {
+		t.Fatalf("after %v: %s", timeout, last)
+	}
+}
+
+// runnerPID is the host pid of the runner in the VM's pod.
+func runnerPID(t testing.TB, ns, vm string) int {
+	t.Helper()
+	pod, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, pod.Status.ContainerStatuses, "pod %s/%s-0 has no containers yet", ns, vm)
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	pid, err := node.Containerd.PID(t.Context(), id)
+	require.NoError(t, err)
+	return pid
+}
+
+// consoleLog is what the guest wrote on its serial console, read through
+// the runner's root file system on the node (the runner image has no
+// shell for kubectl exec).
+func consoleLog(t testing.TB, ns, vm string) string {
+	t.Helper()
+	pid := runnerPID(t, ns, vm)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/tmp/vmrunner-0/%s/console.log", pid, vm))
+	if os.IsNotExist(err) {
+		return ""
+	}
+	require.NoError(t, err)
+	return string(b)
+}
+
+// waitConsole waits until the guest's console has a line starting with
+// prefix and returns that line.
+func waitConsole(t testing.TB, ns, vm, prefix string, timeout time.Duration) string {
+	t.Helper()
+	var found string
+	eventually(t, timeout, func() string {
+		log := consoleLog(t, ns, vm)
+		for _, l := range strings.Split(log, "\n") {
+			if i := strings.Index(l, prefix); i >= 0 {
+				found = strings.TrimSpace(l[i:])
+				return ""
+			}
+		}
+		return fmt.Sprintf("no %q on the console of %s/%s; it says:\n%s", prefix, ns, vm, log)
+	})
+	return found
+}
+
+// runnerLogTime returns the time of the runner's first log line after
+// since whose message is msg, from kubectl logs.
+func runnerLogTime(t testing.TB, ns, vm, msg string, since time.Time) (time.Time, bool) {
+	t.Helper()
+	out, _, err := kubectlResult(t.Context(), "", "logs", "-n", ns, vm+"-0")
+	if err != nil {
+		return time.Time{}, false
+	}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, `msg="`+msg+`"`) {
+			continue
+		}
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if err == nil && !at.Before(since) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
