@@ -85,11 +85,24 @@ func podReady(pod *corev1.Pod) bool {
 }
 
 // podFailure reports a runner that keeps failing, with what it said last
-// (the pod's termination message falls back to the end of its log), or a
-// pod that no node can take.
+// (the pod's termination message falls back to the end of its log), a
+// runner image the node cannot pull, a container the kubelet cannot
+// create, or a pod that no node can take.
 func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != render.ContainerRunner || cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" {
+		if cs.Name != render.ContainerRunner || cs.State.Waiting == nil {
+			continue
+		}
+		w := cs.State.Waiting
+		switch w.Reason {
+		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+			return Condition(v1.ConditionFailed, true, v1.ReasonImagePull,
+				fmt.Sprintf("The node cannot pull the runner image %s (%s): %s", cs.Image, w.Reason, w.Message)), true
+		case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+			return Condition(v1.ConditionFailed, true, v1.ReasonContainerCreate,
+				fmt.Sprintf("The node cannot start the runner's container (%s): %s", w.Reason, w.Message)), true
+		case "CrashLoopBackOff":
+		default:
 			continue
 		}
 		msg := fmt.Sprintf("The runner failed %d times", cs.RestartCount)

@@ -41,6 +41,28 @@ func TestPodFailure(t *testing.T) {
 	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
 	require.Contains(t, c.Message, "Insufficient memory")
 
+	pulling := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+		Name: render.ContainerRunner, Image: "registry.invalid/vm-runner:1",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason: "ImagePullBackOff", Message: `Back-off pulling image "registry.invalid/vm-runner:1"`,
+		}},
+	}}}}
+	c, ok = failed(pulling)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonImagePull, c.Reason)
+	require.Equal(t, `The node cannot pull the runner image registry.invalid/vm-runner:1 (ImagePullBackOff): Back-off pulling image "registry.invalid/vm-runner:1"`, c.Message)
+
+	noConfig := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+		Name: render.ContainerRunner,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason: "CreateContainerConfigError", Message: `configmap "vm" not found`,
+		}},
+	}}}}
+	c, ok = failed(noConfig)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonContainerCreate, c.Reason)
+	require.Contains(t, c.Message, `configmap "vm" not found`)
+
 	starting := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
 		Name:  render.ContainerRunner,
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},

@@ -25,5 +25,7 @@ const (
 	ReasonPodCreateFailed = "PodCreateFailed"
 	ReasonCrashLoop       = "RunnerCrashLoop"
 	ReasonUnschedulable   = "Unschedulable"
+	ReasonImagePull       = "ImagePullFailed"
+	ReasonContainerCreate = "ContainerCreateFailed"
 	ReasonNoFailure       = "NoFailure"
 )
