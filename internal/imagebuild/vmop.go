@@ -162,6 +162,25 @@ func (im image) build(o Options, work string) (Built, error) {
 	return Built{Name: im.name, Ref: ref, Archive: archive, Image: img}, nil
 }
 
+// DevOptions are the options that build the images of the module that
+// holds the working directory as version "devel", the version of binaries
+// built without flags: what tests and make cluster run, so that what a
+// plugin of the tree renders names these images. They go to out.
+func DevOptions(out string) (Options, error) {
+	mod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return Options{}, fmt.Errorf("go env GOMOD: %w", err)
+	}
+	o := Options{
+		Module:  filepath.Dir(strings.TrimSpace(string(mod))),
+		Version: "devel",
+		Created: time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC),
+		Out:     out,
+	}
+	o.RunnerRoot, err = RunnerRoot(o.Module)
+	return o, err
+}
+
 // RunnerRoot returns the vm-runner image's root file system, which
 // hack/runner-root.sh of the module at module builds once and caches.
 func RunnerRoot(module string) (string, error) {

@@ -55,18 +55,11 @@ func TestMain(m *testing.M) {
 // build builds the images as make images does, with the version a test
 // binary has ("devel"), so that what they render matches the golden files.
 func build(dir string) error {
-	module, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
+	var err error
+	if options, err = imagebuild.DevOptions(filepath.Join(dir, "a")); err != nil {
 		return err
 	}
-	options.Module = filepath.Dir(strings.TrimSpace(string(module)))
-	if options.RunnerRoot, err = imagebuild.RunnerRoot(options.Module); err != nil {
-		return err
-	}
-	options.Version = "devel"
 	options.Revision = "0123456789abcdef0123456789abcdef01234567"
-	options.Created = time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
-	options.Out = filepath.Join(dir, "a")
 	list, err := imagebuild.Build(options)
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func TestGitOpsJourney(t *testing.T) {
 
 	t.Run("live changes", func(t *testing.T) {
 		pod := podUID(t, ns, vm)
-		liveChanges(t, ns, vm)
+		liveChanges(t, ns, vm, false)
 		require.Equal(t, pod, podUID(t, ns, vm), "the pod was replaced")
 	})
 

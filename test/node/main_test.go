@@ -79,17 +79,8 @@ func run(m *testing.M) int {
 // build makes vmop's images as make images does, with the version of a
 // plugin built without flags ("devel"), and the plugin itself.
 func build(dir string) ([]string, error) {
-	module, err := exec.Command("go", "env", "GOMOD").Output()
+	o, err := imagebuild.DevOptions(filepath.Join(dir, "images"))
 	if err != nil {
-		return nil, err
-	}
-	o := imagebuild.Options{
-		Module:  filepath.Dir(strings.TrimSpace(string(module))),
-		Version: "devel",
-		Created: time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC),
-		Out:     filepath.Join(dir, "images"),
-	}
-	if o.RunnerRoot, err = imagebuild.RunnerRoot(o.Module); err != nil {
 		return nil, err
 	}
 	built, err := imagebuild.Build(o)
@@ -151,29 +142,28 @@ func eventually(t testing.TB, timeout time.Duration, cond func() string) {
 }
 
 // runnerPID is the host pid of the runner in the VM's pod.
-func runnerPID(t testing.TB, ns, vm string) int {
-	t.Helper()
-	pod, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
-	require.NoError(t, err)
-	require.NotEmpty(t, pod.Status.ContainerStatuses, "pod %s/%s-0 has no containers yet", ns, vm)
+func runnerPID(ctx context.Context, ns, vm string) (int, error) {
+	pod, err := node.Client.CoreV1().Pods(ns).Get(ctx, vm+"-0", metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	if len(pod.Status.ContainerStatuses) == 0 || pod.Status.ContainerStatuses[0].ContainerID == "" {
+		return 0, fmt.Errorf("pod %s/%s has no running container (%s)", ns, pod.Name, pod.Status.Phase)
+	}
 	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	pid, err := node.Containerd.PID(t.Context(), id)
-	require.NoError(t, err)
-	return pid
+	return node.Containerd.PID(ctx, id)
 }
 
 // consoleLog is what the guest wrote on its serial console, read through
 // the runner's root file system on the node (the runner image has no
 // shell for kubectl exec).
-func consoleLog(t testing.TB, ns, vm string) string {
-	t.Helper()
-	pid := runnerPID(t, ns, vm)
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/tmp/vmrunner-0/%s/console.log", pid, vm))
-	if os.IsNotExist(err) {
-		return ""
+func consoleLog(ctx context.Context, ns, vm string) (string, error) {
+	pid, err := runnerPID(ctx, ns, vm)
+	if err != nil {
+		return "", err
 	}
-	require.NoError(t, err)
-	return string(b)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/tmp/vmrunner-0/%s/console.log", pid, vm))
+	return string(b), err
 }
 
 // waitConsole waits until the guest's console has a line starting with
@@ -182,7 +172,10 @@ func waitConsole(t testing.TB, ns, vm, prefix string, timeout time.Duration) str
 	t.Helper()
 	var found string
 	eventually(t, timeout, func() string {
-		log := consoleLog(t, ns, vm)
+		log, err := consoleLog(t.Context(), ns, vm)
+		if err != nil {
+			return fmt.Sprintf("console of %s/%s: %v", ns, vm, err)
+		}
 		for _, l := range strings.Split(log, "\n") {
 			if i := strings.Index(l, prefix); i >= 0 {
 				found = strings.TrimSpace(l[i:])

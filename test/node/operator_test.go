@@ -1,8 +1,10 @@
 package node
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/vmop/vmop/internal/spicetest"
 	"github.com/vmop/vmop/internal/testguest"
 	"github.com/vmop/vmop/internal/testnode"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
@@ -143,9 +146,11 @@ func TestOperatorJourney(t *testing.T) {
 
 	t.Run("live changes", func(t *testing.T) {
 		pod := podUID(t, ns, vm)
-		liveChanges(t, ns, vm)
+		liveChanges(t, ns, vm, true)
 		require.Equal(t, pod, podUID(t, ns, vm), "the pod was replaced")
 	})
+
+	t.Run("console", func(t *testing.T) { consoleLogin(t, ns, vm) })
 
 	t.Run("stop and start", func(t *testing.T) {
 		exit := watchRunnerExit(t, ns, vm)
@@ -243,8 +248,9 @@ func watchRunnerExit(t testing.TB, ns, vm string) <-chan int32 {
 
 // liveChanges changes CPUs, RAM and the CD of the running VM with the
 // plugin and measures how long each takes from the command to qemu, which
-// the runner logs once qemu confirmed the change.
-func liveChanges(t *testing.T, ns, vm string) {
+// the runner logs once qemu confirmed the change. In operator mode the
+// VM's status shows the new values too.
+func liveChanges(t *testing.T, ns, vm string, operator bool) {
 	for _, c := range []struct {
 		name string
 		args []string
@@ -267,10 +273,44 @@ func liveChanges(t *testing.T, ns, vm string) {
 		t.Logf("%s: %v from kubectl to qemu", c.name, at.Sub(since).Round(time.Millisecond))
 	}
 	waitConsole(t, ns, vm, testguest.CPUsPrefix+"2", time.Minute)
+	if !operator {
+		return
+	}
 	eventually(t, 30*time.Second, func() string {
 		if s := vmStatus(t, ns, vm); s.CPUs != 2 || s.RAM != "384Mi" {
 			return fmt.Sprintf("status: cpus %d, ram %q", s.CPUs, s.RAM)
 		}
 		return ""
 	})
+}
+
+// consoleLogin runs kubectl vm console --print-vv, which keeps a port
+// forward to the VM's pod open through the API server and the kubelet,
+// and logs in to the SPICE display through it with the one-time password.
+func consoleLogin(t *testing.T, ns, vm string) {
+	cmd := exec.CommandContext(t.Context(), "kubectl", "vm", "console", "-n", ns, vm, "--print-vv", "--expiry", "60s")
+	cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "KUBECONFIG="+node.Kubeconfig)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}()
+	vv := map[string]string{}
+	lines := bufio.NewScanner(out)
+	for len(vv) < 3 && lines.Scan() {
+		if k, v, ok := strings.Cut(lines.Text(), "="); ok && (k == "host" || k == "port" || k == "password") {
+			vv[k] = v
+		}
+	}
+	require.Len(t, vv, 3, "the connection file of kubectl vm console; stderr: %s", stderr.String())
+	ok, err := spicetest.Login(t.Context(), net.JoinHostPort(vv["host"], vv["port"]), vv["password"])
+	require.NoError(t, err, "SPICE through the port forward")
+	require.True(t, ok, "the one-time password was refused")
+	ok, err = spicetest.Login(t.Context(), net.JoinHostPort(vv["host"], vv["port"]), "wrong")
+	require.NoError(t, err)
+	require.False(t, ok, "a wrong password was accepted")
 }

@@ -1,0 +1,112 @@
+package node
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmop/vmop/internal/testguest"
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+)
+
+// TestFaults: what goes wrong on a real node ends in a status a user
+// understands, and a running VM survives what it should.
+func TestFaults(t *testing.T) {
+	const ns = "faults"
+	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	createNamespace(t, ns)
+	addImageRepository(t, ns)
+
+	// failedWith waits until kubectl vm status shows the Failed condition
+	// with reason, and returns what it shows.
+	failedWith := func(t *testing.T, vm, reason string) string {
+		t.Helper()
+		var out string
+		eventually(t, 2*time.Minute, func() string {
+			for _, c := range vmStatus(t, ns, vm).Conditions {
+				if c.Type == v1.ConditionFailed && c.Status == metav1.ConditionTrue && c.Reason == reason {
+					out = kubectl(t, "", "vm", "status", "-n", ns, vm)
+					return ""
+				}
+			}
+			return fmt.Sprintf("no Failed condition %s: %+v", reason, vmStatus(t, ns, vm).Conditions)
+		})
+		require.Contains(t, out, reason, "kubectl vm status")
+		return out
+	}
+
+	t.Run("image that cannot be pulled", func(t *testing.T) {
+		const vm = "badimage"
+		addGuestDisk(t, ns, vm)
+		// A registry on loopback that refuses: nothing leaves the machine.
+		manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "spec:\n", "spec:\n  image:\n    source: 127.0.0.1:1/vmop/vm-runner:none\n", 1)
+		kubectl(t, manifest, "apply", "-f", "-")
+		kubectl(t, "", "vm", "start", "-n", ns, vm)
+		out := failedWith(t, vm, v1.ReasonImagePull)
+		require.Contains(t, out, "127.0.0.1:1/vmop/vm-runner:none")
+		kubectl(t, "", "delete", "vm", "-n", ns, vm, "--wait")
+	})
+
+	t.Run("claim that never binds", func(t *testing.T) {
+		const vm = "nodisk"
+		// No volume carries the label the disk's claim selects.
+		kubectl(t, fmt.Sprintf(guestVM, vm, ns), "apply", "-f", "-")
+		kubectl(t, "", "vm", "start", "-n", ns, vm)
+		out := failedWith(t, vm, v1.ReasonUnschedulable)
+		require.Contains(t, out, "persistent volumes")
+		kubectl(t, "", "delete", "vm", "-n", ns, vm, "--wait")
+	})
+
+	const vm = "survivor"
+	addGuestDisk(t, ns, vm)
+	kubectl(t, fmt.Sprintf(guestVM, vm, ns), "apply", "-f", "-")
+
+	t.Run("operator restarted mid-start", func(t *testing.T) {
+		kubectl(t, "", "vm", "start", "-n", ns, vm)
+		kubectl(t, "", "delete", "pod", "-n", "vmop-system", "-l", "app.kubernetes.io/name=vm-operator", "--wait=false")
+		kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
+		require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
+		waitConsole(t, ns, vm, testguest.ReadyLine, time.Minute)
+	})
+
+	t.Run("kubelet restarted", func(t *testing.T) {
+		pid, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		require.NoError(t, node.RestartKubelet(t.Context()))
+		// The VM kept running: the same runner, no new boot, and a live
+		// change still reaches it.
+		pid2, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		require.Equal(t, pid, pid2, "the runner after the kubelet's restart")
+		log, err := consoleLog(t.Context(), ns, vm)
+		require.NoError(t, err)
+		require.Equal(t, 1, strings.Count(log, testguest.BootPrefix), "boots on the console:\n%s", log)
+		kubectl(t, "", "vm", "set", "-n", ns, vm, "--cpus", "2")
+		waitConsole(t, ns, vm, testguest.CPUsPrefix+"2", time.Minute)
+		require.Contains(t, kubectl(t, "", "vm", "status", "-n", ns, vm), "Running")
+	})
+
+	t.Run("runner killed", func(t *testing.T) {
+		pod := podUID(t, ns, vm)
+		pid, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+		// The kubelet restarts the container; the guest boots again from
+		// the same disk, in the same pod.
+		require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
+		require.Equal(t, pod, podUID(t, ns, vm))
+		eventually(t, time.Minute, func() string {
+			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
+			if strings.Contains(out, "Running") {
+				return ""
+			}
+			return "kubectl vm status:\n" + out
+		})
+	})
+	kubectl(t, "", "delete", "vm", "-n", ns, vm, "--wait")
+}
