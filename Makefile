@@ -1,11 +1,11 @@
-# vmop: make build | test | e2e | cluster | bench | fuzz | generate | example
+# vmop: make build | test | e2e | cluster | kwok-cluster | bench | fuzz | generate | example
 GO        ?= go
 BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X github.com/vmop/vmop/pkg/version.Version=$(VERSION)
 FUZZTIME  ?= 30s
 
-.PHONY: all build test e2e cluster deps bench fuzz generate example vet images push-images
+.PHONY: all build test e2e cluster kwok-cluster deps bench fuzz generate example vet images push-images
 
 all: build
 
@@ -26,8 +26,8 @@ push-images:
 example:
 	$(GO) run ./cmd/kubectl-vm render -f examples/local-path-test-vm.yaml
 
-## Every test, after installing what they need (etcd, kube-apiserver,
-## kube-controller-manager, kwok, qemu, mmdebstrap, containerd, runc).
+## Every test, after installing what they need (etcd, the control plane,
+## kubelet and kwok, qemu, mmdebstrap, containerd, runc, CNI plugins).
 test: deps vet
 	VMOP_REQUIRE_CONTAINERD=1 VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./...
 
@@ -35,8 +35,14 @@ test: deps vet
 e2e: deps
 	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./test/e2e/...
 
-## That cluster to try things by hand: prints its KUBECONFIG, runs until Ctrl-C.
+## The tests' real single-node cluster (kubelet, containerd, this tree's
+## images) to try things by hand, as root: prints its KUBECONFIG, runs
+## until Ctrl-C, then undoes its changes to the host.
 cluster: deps
+	$(GO) run ./hack/nodecluster
+
+## The end-to-end tests' cluster with kwok nodes (no pods really run).
+kwok-cluster: deps
 	$(GO) run ./hack/e2ecluster
 
 deps:
@@ -48,10 +54,13 @@ vet:
 
 ## Benchmarks on one core, as a table; then the end-to-end ones: the
 ## operator's scale benchmark and kubectl vm start against kubectl patch
-## (on the end-to-end test cluster, one round each).
+## (on the end-to-end test cluster, one round each); then kubectl apply to
+## qemu running and a VM pod's memory on the real node (one round of
+## several VMs).
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./pkg/... | hack/bench-table.sh
 	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -run '^$$' -bench . -benchtime 1x ./test/e2e | hack/bench-table.sh
+	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -run '^$$' -bench . -benchtime 1x ./test/node | hack/bench-table.sh
 
 ## Each fuzz target for FUZZTIME.
 fuzz:

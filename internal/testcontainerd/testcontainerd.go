@@ -193,23 +193,31 @@ func (c *Containerd) PID(ctx context.Context, id string) (int, error) {
 // removes its directory after unmounting what its snapshotter and shims
 // left mounted. It may be called more than once.
 func (c *Containerd) Stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// Each command gets its own time: one that hangs must not leave the
+	// others none.
+	ctr := func(args ...string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return c.Ctr(ctx, args...).Output()
+	}
 	select {
 	case <-c.exited:
 	default:
-		if out, err := c.Ctr(ctx, "tasks", "list", "--quiet").Output(); err == nil {
+		if out, err := ctr("tasks", "list", "--quiet"); err == nil {
 			for _, id := range strings.Fields(string(out)) {
-				c.Ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id).Run()
+				ctr("tasks", "kill", "--all", "--signal", "SIGKILL", id)
 				deadline := time.Now().Add(10 * time.Second)
-				for time.Now().Before(deadline) && c.Ctr(ctx, "tasks", "delete", id).Run() != nil {
+				for time.Now().Before(deadline) {
+					if _, err := ctr("tasks", "delete", id); err == nil {
+						break
+					}
 					time.Sleep(100 * time.Millisecond)
 				}
 			}
 		}
-		if out, err := c.Ctr(ctx, "containers", "list", "--quiet").Output(); err == nil {
+		if out, err := ctr("containers", "list", "--quiet"); err == nil {
 			for _, id := range strings.Fields(string(out)) {
-				c.Ctr(ctx, "containers", "delete", id).Run()
+				ctr("containers", "delete", id)
 			}
 		}
 		c.cmd.Process.Signal(syscall.SIGTERM)

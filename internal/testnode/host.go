@@ -183,7 +183,7 @@ func removeNewChains(cmd, table string, before []string) []error {
 
 // dirPrefix starts the name of a node's directory in the system's
 // temporary directory.
-const dirPrefix = "vmop-node-"
+const dirPrefix = "vmop-testnode-"
 
 // lockNode waits until no other node runs on the machine (test binaries of
 // several packages run at once) and returns the release.
@@ -207,7 +207,7 @@ func lockNode() (func(), error) {
 func cleanStale() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
 	if len(dirs) > 0 {
-		killStaleContainers(dirs)
+		killContainers(dirs)
 		killStaleProcesses(dirs)
 	}
 	for _, d := range dirs {
@@ -215,20 +215,7 @@ func cleanStale() {
 		detachLoopsOf(func(back string) bool { return strings.HasPrefix(back, d+"/") })
 		os.RemoveAll(d)
 	}
-	// The network namespaces of its pods: those with an address of the
-	// node's subnet.
-	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
-		for _, line := range strings.Split(string(out), "\n") {
-			f := strings.Fields(line)
-			if len(f) == 0 {
-				continue
-			}
-			addrs, _ := exec.Command("ip", "-n", f[0], "-4", "-o", "addr").Output()
-			if strings.Contains(string(addrs), " "+subnetPrefix) {
-				_ = exec.Command("ip", "netns", "del", f[0]).Run()
-			}
-		}
-	}
+	removePodNetworks()
 	_ = exec.Command("ip", "link", "del", Bridge).Run()
 	if b, err := os.ReadFile(stateFile); err == nil {
 		var h hostState
@@ -251,11 +238,34 @@ func cleanStale() {
 	}
 }
 
+// removePodNetworks deletes the network namespaces of the node's pods
+// (those with an address of its subnet) that containerd did not remove: a
+// pod the kubelet had not finished stopping, or a killed run's.
+func removePodNetworks() {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		addrs, _ := exec.Command("ip", "-n", f[0], "-4", "-o", "addr").Output()
+		if strings.Contains(string(addrs), " "+subnetPrefix) {
+			_ = exec.Command("ip", "netns", "del", f[0]).Run()
+		}
+	}
+}
+
 // runcRoot is where the runc shims of containerd's k8s.io namespace keep
 // their containers' state, whatever containerd's own directories.
 const runcRoot = "/run/containerd/runc/k8s.io"
 
-func killStaleContainers(dirs []string) {
+// killContainers kills and deletes, with runc itself, the containers whose
+// bundles are in dirs: those of a killed run, and those a stuck stop (the
+// CRI waits out a pod's grace period) keeps alive at the end of a test.
+func killContainers(dirs []string) {
 	out, err := exec.Command("runc", "--root", runcRoot, "list", "--format", "json").Output()
 	if err != nil {
 		return

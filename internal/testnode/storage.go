@@ -51,21 +51,31 @@ type Volume struct {
 }
 
 // AddBlockVolume adds a local Block PersistentVolume of class
-// StorageClassBlock: a sparse file on a loop device.
+// StorageClassBlock on LoopDevice(v).
 func (n *Node) AddBlockVolume(ctx context.Context, v Volume) error {
-	file := filepath.Join(n.dir, "disks", v.Name+".img")
-	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+	dev, err := n.LoopDevice(v)
+	if err != nil {
 		return err
 	}
+	return n.createPV(ctx, v, StorageClassBlock, corev1.PersistentVolumeBlock, dev)
+}
+
+// LoopDevice makes a sparse file of v's size and content, DiskFile(v.Name),
+// on a loop device of the node (detached by Stop), and returns the
+// device's path: a disk of the node's, for a PersistentVolume.
+func (n *Node) LoopDevice(v Volume) (string, error) {
+	file := n.DiskFile(v.Name)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return "", err
+	}
 	if err := writeSparse(file, v.Content, v.Size.Value()); err != nil {
-		return err
+		return "", err
 	}
 	out, err := exec.Command("losetup", "--find", "--show", file).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("losetup %s: %w: %s", file, err, out)
+		return "", fmt.Errorf("losetup %s: %w: %s", file, err, out)
 	}
-	dev := strings.TrimSpace(string(out))
-	return n.createPV(ctx, v, StorageClassBlock, corev1.PersistentVolumeBlock, dev)
+	return strings.TrimSpace(string(out)), nil
 }
 
 // AddFilesystemVolume adds a local PersistentVolume of class

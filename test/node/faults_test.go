@@ -49,7 +49,7 @@ func TestFaults(t *testing.T) {
 		kubectl(t, "", "vm", "start", "-n", ns, vm)
 		out := failedWith(t, vm, v1.ReasonImagePull)
 		require.Contains(t, out, "127.0.0.1:1/vmop/vm-runner:none")
-		kubectl(t, "", "delete", "vm", "-n", ns, vm, "--wait")
+		deleteVM(t, ns, vm)
 	})
 
 	t.Run("claim that never binds", func(t *testing.T) {
@@ -59,7 +59,7 @@ func TestFaults(t *testing.T) {
 		kubectl(t, "", "vm", "start", "-n", ns, vm)
 		out := failedWith(t, vm, v1.ReasonUnschedulable)
 		require.Contains(t, out, "persistent volumes")
-		kubectl(t, "", "delete", "vm", "-n", ns, vm, "--wait")
+		deleteVM(t, ns, vm)
 	})
 
 	const vm = "survivor"
@@ -108,5 +108,5 @@ func TestFaults(t *testing.T) {
 			return "kubectl vm status:\n" + out
 		})
 	})
-	kubectl(t, "", "delete", "vm", "-n", ns, vm, "--wait")
+	deleteVM(t, ns, vm)
 }

@@ -63,7 +63,7 @@ spec:
 // Block one holding a fresh copy of the test guest's disk, and a directory
 // for the runner's data (the claim of every VM's pod, of the default
 // class). It returns the Block volume's name.
-func addGuestDisk(t *testing.T, ns, vm string) string {
+func addGuestDisk(t testing.TB, ns, vm string) string {
 	t.Helper()
 	name := ns + "-" + vm
 	require.NoError(t, node.AddBlockVolume(t.Context(), testnode.Volume{
@@ -78,7 +78,7 @@ func addGuestDisk(t *testing.T, ns, vm string) string {
 
 // addImageRepository gives namespace ns the claim that VMs with a CD drive
 // mount (vmop-image-repository), on a directory volume of the node.
-func addImageRepository(t *testing.T, ns string) {
+func addImageRepository(t testing.TB, ns string) {
 	t.Helper()
 	name := ns + "-images"
 	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{
@@ -179,23 +179,27 @@ func TestOperatorJourney(t *testing.T) {
 		claims := node.Client.CoreV1().PersistentVolumeClaims(ns)
 		before, err := claims.List(t.Context(), metav1.ListOptions{})
 		require.NoError(t, err)
-		kubectl(t, "", "delete", "vm", "-n", ns, vm, "--wait", "--timeout", "3m")
-		eventually(t, 2*time.Minute, func() string {
-			pods, err := node.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
-			if err != nil {
-				return err.Error()
-			}
-			if len(pods.Items) > 0 {
-				return fmt.Sprintf("%d pods left", len(pods.Items))
-			}
-			return ""
-		})
+		deleteVM(t, ns, vm)
 		after, err := claims.List(t.Context(), metav1.ListOptions{})
 		require.NoError(t, err)
 		require.Equal(t, claimNames(before.Items), claimNames(after.Items))
 		boots, err := testguest.ReadBoots(node.DiskFile(disk))
 		require.NoError(t, err)
 		require.Equal(t, 2, boots, "the disk's data after the VM's deletion")
+	})
+}
+
+// deleteVM deletes a VirtualMachine and waits until its pod is gone too:
+// the node has room for one test VM's CPUs at a time.
+func deleteVM(t testing.TB, ns, vm string) {
+	t.Helper()
+	kubectl(t, "", "delete", "vm", "-n", ns, vm, "--wait", "--timeout", "3m")
+	eventually(t, 2*time.Minute, func() string {
+		_, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
+		if err == nil {
+			return "the pod " + vm + "-0 is still there"
+		}
+		return ""
 	})
 }
 

@@ -1,0 +1,264 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/vmop/vmop/internal/testguest"
+)
+
+// startVMs is how many VMs BenchmarkStart starts, one after the other:
+// the node has room for one test VM's CPUs at a time.
+const startVMs = 5
+
+// BenchmarkStart measures kubectl apply of a Running VM to qemu running in
+// its pod on the real node, median over startVMs VMs, and its parts:
+// until the pod exists (operator and StatefulSet controller), its claims
+// are bound (volume binding), it is bound to the node (scheduling), its
+// container runs (kubelet, containerd, runc) and qemu runs (the runner's
+// own start, from its log). Also the memory of one VM's pod beyond the
+// guest's RAM: the runner, qemu without the guest's RAM, and the pause
+// process.
+func BenchmarkStart(b *testing.B) {
+	const ns = "bench"
+	kubectl(b, "", "vm", "install", "--wait", "--timeout", "3m")
+	createNamespace(b, ns)
+	addImageRepository(b, ns)
+	parts := map[string][]time.Duration{}
+	var overhead, guest int64
+	for range b.N {
+		for i := range startVMs {
+			vm := fmt.Sprintf("vm%d", i)
+			addGuestDisk(b, ns, vm)
+			manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: Running", 1)
+			seen := watchStart(b, ns, vm)
+			applied := time.Now()
+			kubectl(b, manifest, "apply", "-f", "-")
+			var running time.Time
+			eventually(b, 3*time.Minute, func() string {
+				var ok bool
+				if running, ok = runnerLogTime(b, ns, vm, "VM running", applied.Truncate(time.Millisecond)); ok {
+					return ""
+				}
+				return "qemu of " + vm + " is not running"
+			})
+			t := seen()
+			steps := []struct {
+				name string
+				at   time.Time
+			}{{"pod", t.created}, {"bound", t.bound}, {"scheduled", t.scheduled}, {"container", t.started}, {"qemu", running}}
+			prev := applied
+			for _, s := range steps {
+				if s.at.IsZero() {
+					b.Fatalf("%s: no time for %s", vm, s.name)
+				}
+				parts[s.name] = append(parts[s.name], s.at.Sub(prev))
+				prev = s.at
+			}
+			parts["total"] = append(parts["total"], running.Sub(applied))
+			// Booted, the guest powers off at once when deleted (before, it
+			// would ignore ACPI and take the whole powerdownTimeout), and
+			// the pod's memory is what a running VM's is.
+			waitConsole(b, ns, vm, testguest.ReadyLine, 2*time.Minute)
+			if i == 0 {
+				overhead, guest = podMemory(b, ns, vm)
+			}
+			deleteVM(b, ns, vm)
+		}
+	}
+	for name, d := range parts {
+		b.ReportMetric(float64(median(d).Milliseconds()), "ms-"+name)
+	}
+	b.ReportMetric(float64(overhead>>20), "MiB-pod-overhead")
+	b.ReportMetric(float64(guest>>20), "MiB-guest-resident")
+}
+
+func median(d []time.Duration) time.Duration {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+// startTimes are when a VM's pod was first seen created, with its claims
+// bound, on the node, and with its container running.
+type startTimes struct{ created, bound, scheduled, started time.Time }
+
+// watchStart watches the VM's pod and claims; the returned function tells
+// what it saw so far.
+func watchStart(b testing.TB, ns, vm string) func() startTimes {
+	ctx, cancel := context.WithCancel(b.Context())
+	b.Cleanup(cancel)
+	pods, err := node.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + vm + "-0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	claims, err := node.Client.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	var t startTimes
+	bound := map[string]bool{}
+	go func() {
+		for {
+			select {
+			case ev := <-pods.ResultChan():
+				pod, ok := ev.Object.(*corev1.Pod)
+				if !ok || ev.Type == watch.Deleted {
+					continue
+				}
+				now := time.Now()
+				mu.Lock()
+				if t.created.IsZero() {
+					t.created = now
+				}
+				if t.scheduled.IsZero() && pod.Spec.NodeName != "" {
+					t.scheduled = now
+				}
+				for _, c := range pod.Status.ContainerStatuses {
+					if t.started.IsZero() && c.State.Running != nil {
+						t.started = now
+					}
+				}
+				mu.Unlock()
+			case ev := <-claims.ResultChan():
+				pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim)
+				if !ok || !strings.HasSuffix(pvc.Name, "-"+vm+"-0") {
+					continue
+				}
+				mu.Lock()
+				if pvc.Status.Phase == corev1.ClaimBound {
+					bound[pvc.Name] = true
+				}
+				// The runner's data and the system disk.
+				if t.bound.IsZero() && len(bound) == 2 {
+					t.bound = time.Now()
+				}
+				mu.Unlock()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() startTimes {
+		mu.Lock()
+		defer mu.Unlock()
+		return t
+	}
+}
+
+// podMemory returns the resident memory of the VM's pod beyond the
+// guest's RAM (the runner and its children, qemu without the mapping of
+// the guest's RAM, and the pod's pause process), and the guest RAM's
+// resident part.
+func podMemory(b testing.TB, ns, vm string) (overhead, guest int64) {
+	runner, err := runnerPID(b.Context(), ns, vm)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// One containerd shim runs a pod's sandbox and containers: the
+	// runner's parent, and the pause process's.
+	pause := 0
+	for _, pid := range children(parent(runner)) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "pause" {
+			pause = pid
+		}
+	}
+	if pause == 0 {
+		b.Fatal("no pause process beside the runner")
+	}
+	ramBytes := int64(512 << 20) // guestVM's maximumRam
+	for _, pid := range append(descendants(runner), pause) {
+		rss, guestRSS := rssOf(b, pid, ramBytes)
+		overhead += rss - guestRSS
+		guest += guestRSS
+	}
+	return overhead, guest
+}
+
+// processTree maps each process to its parent.
+func processTree() map[int]int {
+	parents := map[int]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, s := range stats {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(s)))
+		parents[pid] = ppid
+	}
+	return parents
+}
+
+func parent(pid int) int { return processTree()[pid] }
+
+func children(pid int) []int {
+	var out []int
+	for c, p := range processTree() {
+		if p == pid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// descendants returns pid and every process below it.
+func descendants(pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children(out[i])...)
+	}
+	return out
+}
+
+// rssOf returns a process's resident memory and that of its mapping of
+// the guest's RAM (an anonymous mapping of ramBytes), from smaps.
+func rssOf(b testing.TB, pid int, ramBytes int64) (rss, guest int64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	var size int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case "Size:":
+			size = kb << 10
+		case "Rss:":
+			rss += kb << 10
+			if size == ramBytes {
+				guest += kb << 10
+			}
+		}
+	}
+	return rss, guest
+}
