@@ -151,6 +151,7 @@ func New(t testing.TB) *Env {
 		"node":               Node,
 		"cpus":               2,
 		"ram":                "4Gi",
+		"accelerator":        "kvm",
 		"consoleClient":      "192.0.2.10",
 		"conditions": []any{
 			e.condition(v1.ConditionRunning, true, v1.ReasonRunning, "The runner pod runs on node-1.", 10*24*time.Hour),

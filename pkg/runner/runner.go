@@ -198,6 +198,7 @@ func (r *Runner) start(ctx context.Context) error {
 		r.status.RAM = actual
 	}
 	r.status.Running = true
+	r.status.Accelerator = r.machine.Accel
 	r.ready.Store(true)
 	r.report(ctx)
 	return nil

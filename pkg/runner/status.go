@@ -7,9 +7,11 @@ import "context"
 type Status struct {
 	Running bool
 	// Booted: the guest agent is connected.
-	Booted                bool
-	CPUs                  int
-	RAM                   int64
+	Booted bool
+	CPUs   int
+	RAM    int64
+	// Accelerator is "kvm", or "tcg" without a usable /dev/kvm.
+	Accelerator           string
 	ConsoleClient         string
 	DisplayPasswordSerial int64
 	// RestartRequired lists changed fields that apply at the next start.

@@ -394,6 +394,9 @@ func (r *Reporter) statusObject(s runner.Status) *unstructured.Unstructured {
 	if s.RAM != 0 {
 		status["ram"] = resource.NewQuantity(s.RAM, resource.BinarySI).String()
 	}
+	if s.Accelerator != "" {
+		status["accelerator"] = s.Accelerator
+	}
 	if s.ConsoleClient != "" {
 		status["consoleClient"] = s.ConsoleClient
 	}
@@ -443,6 +446,6 @@ func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string
 // sameStatus compares what the reporter writes of two statuses; Running
 // and RestartRequired are the operator's to report.
 func sameStatus(a, b runner.Status) bool {
-	return a.Booted == b.Booted && a.CPUs == b.CPUs && a.RAM == b.RAM &&
+	return a.Booted == b.Booted && a.CPUs == b.CPUs && a.RAM == b.RAM && a.Accelerator == b.Accelerator &&
 		a.ConsoleClient == b.ConsoleClient && a.DisplayPasswordSerial == b.DisplayPasswordSerial
 }

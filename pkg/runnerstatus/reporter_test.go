@@ -64,11 +64,12 @@ func TestReporter(t *testing.T) {
 		logs := &logBuffer{}
 		r := e.reporter(t, e.cfg, "default", "fields", logs, testOptions())
 		r.Report(ctx, runner.Status{
-			Running: true, CPUs: 2, RAM: 4 * gib, ConsoleClient: "192.168.1.20",
+			Running: true, CPUs: 2, RAM: 4 * gib, Accelerator: "tcg", ConsoleClient: "192.168.1.20",
 			DisplayPasswordSerial: 3, RestartRequired: []string{"maximumCpus", "firmware"},
 		})
 		st := e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
 		require.Equal(t, "4Gi", st.RAM)
+		require.Equal(t, "tcg", st.Accelerator)
 		require.Equal(t, "192.168.1.20", st.ConsoleClient)
 		require.EqualValues(t, 3, st.DisplayPasswordSerial)
 		require.Equal(t, version.Get(), st.RunnerVersion)

@@ -231,6 +231,7 @@ conditions:
 runnerVersion: "1.0.0"
 cpus: 2
 ram: 4Gi
+accelerator: kvm
 node: node-1
 consoleClient: 192.168.1.20
 consoleUser: admin

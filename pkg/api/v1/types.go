@@ -228,18 +228,21 @@ type Spice struct {
 
 // VirtualMachineStatus is written by the operator and the runner.
 type VirtualMachineStatus struct {
-	ObservedGeneration    int64              `json:"observedGeneration,omitempty"`
-	Conditions            []metav1.Condition `json:"conditions,omitempty"`
-	RunnerVersion         string             `json:"runnerVersion,omitempty"`
-	CPUs                  int32              `json:"cpus,omitempty"`
-	RAM                   string             `json:"ram,omitempty"`
-	Node                  string             `json:"node,omitempty"`
-	ConsoleClient         string             `json:"consoleClient,omitempty"`
-	ConsoleUser           string             `json:"consoleUser,omitempty"`
-	LoggedInUser          string             `json:"loggedInUser,omitempty"`
-	DisplayPasswordSerial int64              `json:"displayPasswordSerial,omitempty"`
-	OSInfo                *FreeForm          `json:"osinfo,omitempty"`
-	Assignment            *Assignment        `json:"assignment,omitempty"`
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	RunnerVersion      string             `json:"runnerVersion,omitempty"`
+	CPUs               int32              `json:"cpus,omitempty"`
+	RAM                string             `json:"ram,omitempty"`
+	// Accelerator is what runs the guest: "kvm", or "tcg" (emulated, many
+	// times slower) on a node without a usable /dev/kvm.
+	Accelerator           string      `json:"accelerator,omitempty"`
+	Node                  string      `json:"node,omitempty"`
+	ConsoleClient         string      `json:"consoleClient,omitempty"`
+	ConsoleUser           string      `json:"consoleUser,omitempty"`
+	LoggedInUser          string      `json:"loggedInUser,omitempty"`
+	DisplayPasswordSerial int64       `json:"displayPasswordSerial,omitempty"`
+	OSInfo                *FreeForm   `json:"osinfo,omitempty"`
+	Assignment            *Assignment `json:"assignment,omitempty"`
 }
 
 // Assignment is VM-Operator's pool assignment (kept for compatibility).

@@ -143,6 +143,9 @@ func (o *Options) print(v *View, pvcs []corev1.PersistentVolumeClaim) error {
 	}
 	field("CPUs", sizes(v.Config != nil, fmt.Sprint(spec.CurrentCPUs), fmt.Sprint(spec.MaximumCPUs), v.CPUs()))
 	field("RAM", sizes(v.Config != nil, Bytes(spec.CurrentRAM.Bytes), Bytes(spec.MaximumRAM.Bytes), v.RAM()))
+	if a := v.Accelerator(); a != "" {
+		field("Accelerator", a)
+	}
 	drive := 0
 	for _, d := range spec.Drives {
 		if d.Type == runnerconfig.DriveCDROM {

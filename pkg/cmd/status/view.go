@@ -172,6 +172,19 @@ func (v *View) RAM() string {
 	return v.VM.VM.Status.RAM
 }
 
+// Accelerator is what runs the guest, as the runner reports it, with what
+// emulation means; "" when nothing reports it (GitOps mode, not running).
+func (v *View) Accelerator() string {
+	if v.VM.VM == nil {
+		return ""
+	}
+	a := v.VM.VM.Status.Accelerator
+	if a == "tcg" {
+		return "tcg (emulated, many times slower: the node has no usable /dev/kvm)"
+	}
+	return a
+}
+
 // ConsoleClient is the address of the connected SPICE client, "" when
 // none is or nothing reports it (GitOps mode).
 func (v *View) ConsoleClient() string {
