@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,34 +99,6 @@ type Node struct {
 	unlock      func()
 }
 
-// New starts a node for t and stops it when t ends. It skips t when the
-// machine cannot run one (no root, containerd or CNI plugins), unless
-// VMOP_REQUIRE_CONTAINERD is set, as make test does.
-func New(t testing.TB, opts Options) *Node {
-	t.Helper()
-	if err := Check(); err != nil {
-		if os.Getenv("VMOP_REQUIRE_CONTAINERD") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	n, err := Start(t.Context(), opts)
-	if err != nil {
-		t.Fatalf("test node: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range append(n.Processes(), n.Kubelet, n.Scheduler) {
-				t.Logf("%s log (%s), last lines:\n%s", p.Name, p.Log, p.LogTail(40))
-			}
-		}
-		if err := n.Stop(); err != nil {
-			t.Errorf("stopping the test node: %v", err)
-		}
-	})
-	return n
-}
-
 // Check says what is missing to run a node here.
 func Check() error {
 	if err := testcontainerd.Check(); err != nil {
@@ -151,19 +122,29 @@ const cniBinDir = "/usr/lib/cni"
 
 // Start runs the cluster and the node and waits until the node is Ready
 // and schedulable. ctx bounds the start only.
-func Start(ctx context.Context, opts Options) (n *Node, err error) {
-	binDir, err := testcluster.KubeBinDir(ctx, "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
-	if err != nil {
-		return nil, err
-	}
+func Start(ctx context.Context, opts Options) (*Node, error) {
 	unlock, err := lockNode()
 	if err != nil {
 		return nil, err
 	}
 	cleanStale()
-	n = &Node{unlock: unlock}
-	if n.dir, err = os.MkdirTemp("", dirPrefix); err != nil {
+	n, err := start(ctx, opts)
+	if err != nil {
 		unlock()
+		return nil, err
+	}
+	n.unlock = unlock
+	return n, nil
+}
+
+// start is Start for a caller that holds the lock and has cleaned up.
+func start(ctx context.Context, opts Options) (n *Node, err error) {
+	binDir, err := testcluster.KubeBinDir(ctx, "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
+	if err != nil {
+		return nil, err
+	}
+	n = &Node{}
+	if n.dir, err = os.MkdirTemp("", dirPrefix); err != nil {
 		return nil, err
 	}
 	defer func() {

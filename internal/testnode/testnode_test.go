@@ -2,6 +2,7 @@ package testnode
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -18,14 +19,19 @@ import (
 // TestNode runs a pod with a Block and a Filesystem claim on the node and
 // checks that nothing of the node is left on the host afterwards.
 func TestNode(t *testing.T) {
+	skipWithout(t)
+	// The lock from before to after: no other test's node may change the
+	// host meanwhile.
 	unlock, err := lockNode()
 	require.NoError(t, err)
+	defer unlock()
 	cleanStale()
 	before := hostSnapshot(t)
-	unlock()
 	t.Run("pod", func(t *testing.T) {
-		n := New(t, Options{})
 		ctx := t.Context()
+		n, err := start(ctx, Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, n.Stop()) })
 		require.NoError(t, n.AddBlockVolume(ctx, Volume{Name: "disk", Size: resource.MustParse("64Mi")}))
 		require.NoError(t, n.AddFilesystemVolume(ctx, Volume{Name: "data", Size: resource.MustParse("1Gi")}))
 		claims := n.Client.CoreV1().PersistentVolumeClaims("default")
@@ -57,7 +63,7 @@ func TestNode(t *testing.T) {
 				},
 			},
 		}
-		_, err := n.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		_, err = n.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
 		require.NoError(t, err)
 		start := time.Now()
 		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -95,4 +101,16 @@ func hostSnapshot(t *testing.T) map[string]string {
 		s[name] = string(out)
 	}
 	return s
+}
+
+// skipWithout skips t when the machine cannot run a node, or fails it when
+// VMOP_REQUIRE_CONTAINERD says that it must.
+func skipWithout(t testing.TB) {
+	t.Helper()
+	if err := Check(); err != nil {
+		if os.Getenv("VMOP_REQUIRE_CONTAINERD") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
 }
