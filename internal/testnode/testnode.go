@@ -81,8 +81,6 @@ type Options struct {
 	// Images are image archives (as make images writes them) that the
 	// node's containerd imports, so that pods find them without a pull.
 	Images []string
-	// CRDs are installed before the controllers start (testcluster.Options).
-	CRDs [][]byte
 }
 
 // Node is a running single-node cluster.
@@ -167,7 +165,6 @@ func start(ctx context.Context, opts Options) (n *Node, err error) {
 	n.Cluster, err = testcluster.Start(ctx, testcluster.Options{
 		BinDir:          binDir,
 		Dir:             filepath.Join(n.dir, "cluster"),
-		CRDs:            opts.CRDs,
 		Controllers:     true,
 		MoreControllers: nodeControllers,
 		Address:         IP,
