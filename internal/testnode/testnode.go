@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,10 +92,11 @@ type Node struct {
 	// Client reaches the API server as a member of system:masters.
 	Client kubernetes.Interface
 
-	dir         string
-	kubeletArgs []string
-	host        hostState
-	unlock      func()
+	dir            string
+	kubeletArgs    []string
+	kubeletHealthz string
+	host           hostState
+	unlock         func()
 }
 
 // Check says what is missing to run a node here.
@@ -344,6 +346,7 @@ serializeImagePulls: false
 	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
 		return err
 	}
+	n.kubeletHealthz = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1])
 	n.kubeletArgs = []string{bin,
 		"--config=" + configFile,
 		"--kubeconfig=" + n.Kubeconfig,
@@ -361,6 +364,20 @@ func (n *Node) runKubelet(ctx context.Context) error {
 		return err
 	}
 	return testcluster.WaitUntil(ctx, n.Kubelet, 2*time.Minute, "node "+Name, func(ctx context.Context) error {
+		// This kubelet's own health first: after a restart, the node is
+		// still Ready from before.
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.kubeletHealthz, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("kubelet healthz: %s", resp.Status)
+		}
 		node, err := n.Client.CoreV1().Nodes().Get(ctx, Name, metav1.GetOptions{})
 		if err != nil {
 			return err
