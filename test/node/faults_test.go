@@ -102,7 +102,7 @@ func TestFaults(t *testing.T) {
 		require.Equal(t, pod, podUID(t, ns, vm))
 		eventually(t, time.Minute, func() string {
 			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
-			if strings.Contains(out, "Running") {
+			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 1 time (last exit code 137") {
 				return ""
 			}
 			return "kubectl vm status:\n" + out

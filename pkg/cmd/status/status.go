@@ -263,6 +263,21 @@ func podSummary(pod *corev1.Pod) string {
 	if pod.Spec.NodeName != "" {
 		s += ", on node " + pod.Spec.NodeName
 	}
+	// A runner that died and was restarted in the same pod (its guest
+	// rebooted) shows nowhere else once it runs again.
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != render.ContainerRunner || cs.RestartCount == 0 {
+			continue
+		}
+		times := "times"
+		if cs.RestartCount == 1 {
+			times = "time"
+		}
+		s += fmt.Sprintf(", runner restarted %d %s", cs.RestartCount, times)
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			s += fmt.Sprintf(" (last exit code %d, %s, at %s)", t.ExitCode, t.Reason, t.FinishedAt.UTC().Format(time.RFC3339))
+		}
+	}
 	return s
 }
 
