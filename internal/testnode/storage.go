@@ -149,22 +149,40 @@ func (n *Node) detachLoops() []error {
 	return detachLoopsOf(func(back string) bool { return strings.HasPrefix(back, n.dir+"/") })
 }
 
-// detachLoopsOf detaches the loop devices whose backing file matches,
-// those that stack on others first.
+// detachLoopsOf detaches the loop devices whose backing file matches, and
+// first those stacked on them: the kubelet maps a Block volume through a
+// loop device of its own on the volume's device, whose backing file shows
+// as "/" once the kubelet's bind mount is gone, but whose backing device
+// number is the volume's.
 func detachLoopsOf(match func(back string) bool) []error {
-	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
+	out, err := exec.Command("losetup", "--list", "--noheadings", "--raw", "--output", "NAME,MAJ:MIN,BACK-MAJ:MIN,BACK-FILE").Output()
 	if err != nil {
 		return []error{fmt.Errorf("losetup --list: %w", err)}
 	}
-	var errs []error
-	var ours []string
+	type loop struct{ name, dev, backDev, back string }
+	var all []loop
 	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && match(f[1]) {
-			ours = append(ours, f[0])
+		// The backing file comes last and may hold spaces.
+		f := strings.SplitN(line, " ", 4)
+		if len(f) == 4 {
+			all = append(all, loop{f[0], f[1], f[2], f[3]})
 		}
 	}
-	for _, dev := range ours {
+	ours := map[string]bool{} // by MAJ:MIN
+	var first, then []string
+	for _, l := range all {
+		if match(l.back) {
+			ours[l.dev] = true
+			then = append(then, l.name)
+		}
+	}
+	for _, l := range all {
+		if ours[l.backDev] && !ours[l.dev] {
+			first = append(first, l.name)
+		}
+	}
+	var errs []error
+	for _, dev := range append(first, then...) {
 		if err := run("losetup", "--detach", dev); err != nil {
 			errs = append(errs, err)
 		}
