@@ -46,8 +46,11 @@ func TestFaults(t *testing.T) {
 		// A registry on loopback that refuses: nothing leaves the machine.
 		manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "spec:\n", "spec:\n  image:\n    source: 127.0.0.1:1/vmop/vm-runner:none\n", 1)
 		kubectl(t, manifest, "apply", "-f", "-")
-		kubectl(t, "", "vm", "start", "-n", ns, vm)
-		out := failedWith(t, vm, v1.ReasonImagePull)
+		// --wait shows why it does not get on, and gives up at its timeout.
+		out, _, err := kubectlResult(t.Context(), "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "40s")
+		require.Error(t, err)
+		require.Contains(t, out, vm+": Starting, "+v1.ReasonImagePull+": The node cannot pull the runner image 127.0.0.1:1/vmop/vm-runner:none")
+		out = failedWith(t, vm, v1.ReasonImagePull)
 		require.Contains(t, out, "127.0.0.1:1/vmop/vm-runner:none")
 		deleteVM(t, ns, vm)
 	})

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -275,7 +274,7 @@ func (o *Options) wait(ctx context.Context, vm *vmclient.VM) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: still %s after --timeout %v", vm.Name, strings.ToLower(last), o.Timeout)
+			return fmt.Errorf("%s: not done after --timeout %v: %s", vm.Name, o.Timeout, last)
 		case <-time.After(o.poll):
 		}
 	}
@@ -297,21 +296,34 @@ func (o *Options) phase(ctx context.Context, vm *vmclient.VM, oldPod *corev1.Pod
 		if err != nil {
 			return "", false, err
 		}
-		if st, ok := runningCondition(cur); ok && (oldPod == nil || pod != nil) {
+		if st, ok := condition(cur, v1.ConditionRunning); ok && (oldPod == nil || pod != nil) {
 			done := (st.Status == metav1.ConditionTrue) == wantRunning && st.ObservedGeneration >= cur.Object.GetGeneration()
-			return st.Reason, done, nil
+			failed, _ := condition(cur, v1.ConditionFailed)
+			return withFailure(st.Reason, failed, done), done, nil
 		}
 	}
 	// GitOps mode: what the operator would say of the pod.
-	c := vmstatus.FromPod(pod, wantRunning, "").Running
-	done := (c.Status == metav1.ConditionTrue) == wantRunning && (wantRunning || pod == nil)
-	return c.Reason, done, nil
+	c := vmstatus.FromPod(pod, wantRunning, "")
+	done := (c.Running.Status == metav1.ConditionTrue) == wantRunning && (wantRunning || pod == nil)
+	return withFailure(c.Running.Reason, c.Failed, done), done, nil
 }
 
-// runningCondition is the operator's Running condition of the VM.
-func runningCondition(vm *vmclient.VM) (metav1.Condition, bool) {
+// withFailure adds to a phase what keeps the VM from getting on (no node
+// or volume for its pod, an image the node cannot pull, a runner that
+// keeps failing), so that --wait shows it rather than only "Starting"
+// until its timeout. Such a failure may pass (a claim binds), so the wait
+// goes on.
+func withFailure(phase string, failed metav1.Condition, done bool) string {
+	if done || failed.Status != metav1.ConditionTrue {
+		return phase
+	}
+	return phase + ", " + failed.Reason + ": " + failed.Message
+}
+
+// condition is the operator's condition typ of the VM.
+func condition(vm *vmclient.VM, typ string) (metav1.Condition, bool) {
 	for _, c := range vm.VM.Status.Conditions {
-		if c.Type == v1.ConditionRunning {
+		if c.Type == typ {
 			return c, true
 		}
 	}
