@@ -19,18 +19,19 @@ const (
 )
 
 // Counter sector of a Disk: past the boot file system, so that a test can
-// also read it from the disk's file.
+// also read it from the disk's file. init.sh names it by its number, 90112
+// (counterOffset / 512).
 const (
 	diskMiB       = 48
 	fsMiB         = 40
-	CounterOffset = 44 << 20
+	counterOffset = 44 << 20
 	counterMagic  = "TESTGUEST-BOOTS "
 	diskDepsHint  = "run `make deps` (installs syslinux, mtools and dosfstools)"
 )
 
 // Disk returns a raw disk image that firmware (SeaBIOS) boots: a FAT file
 // system with syslinux, the guest's kernel and initramfs, booted with
-// Boots and the given parameters, and the boot counter at CounterOffset.
+// Boots and the given parameters, and the boot counter at counterOffset.
 // It is cached; copy it before a guest writes to it.
 func Disk(t testing.TB, params ...string) string {
 	t.Helper()
@@ -86,7 +87,7 @@ func disk(g Guest) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	if _, err := f.WriteAt([]byte(counterMagic+"0\n"), CounterOffset); err != nil {
+	if _, err := f.WriteAt([]byte(counterMagic+"0\n"), counterOffset); err != nil {
 		return "", err
 	}
 	if err := f.Truncate(diskMiB << 20); err != nil {
@@ -106,13 +107,13 @@ func ReadBoots(file string) (int, error) {
 	}
 	defer f.Close()
 	b := make([]byte, 64)
-	if _, err := f.ReadAt(b, CounterOffset); err != nil {
+	if _, err := f.ReadAt(b, counterOffset); err != nil {
 		return 0, err
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	var n int
 	if _, err := fmt.Sscanf(line, counterMagic+"%d", &n); err != nil {
-		return 0, fmt.Errorf("%s: no boot counter at %d: %q", file, CounterOffset, line)
+		return 0, fmt.Errorf("%s: no boot counter at %d: %q", file, counterOffset, line)
 	}
 	return n, nil
 }

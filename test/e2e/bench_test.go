@@ -24,6 +24,8 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
+
+	"github.com/vmop/vmop/internal/eventually"
 )
 
 // scaleVM is what the scale benchmark creates 1,000 of: stopped, with
@@ -173,7 +175,7 @@ func waitReconciled(b *testing.B, e *env, ns string, n int) {
 	follow("StatefulSets", w, err, all)
 	w, err = e.kube.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{LabelSelector: render.LabelName + "=" + render.NameRunner})
 	follow("ConfigMaps", w, err, all)
-	eventually(b, 5*time.Minute, func() string {
+	eventually.Within(b, 5*time.Minute, func() string {
 		mu.Lock()
 		defer mu.Unlock()
 		for what, names := range seen {
@@ -251,7 +253,7 @@ func stateChangeLatency(b *testing.B, e *env, ns string, n int) (toScaled, toRun
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	eventually(b, 2*time.Minute, func() string {
+	eventually.Within(b, 2*time.Minute, func() string {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(scaled) < n || len(running) < n {

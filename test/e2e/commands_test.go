@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/plugintest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/podsync"
@@ -38,7 +39,7 @@ func (e *env) plugin(ctx context.Context, args ...string) (stdout, stderr string
 func TestCommands(t *testing.T) {
 	e := newEnv(t)
 	op := e.startOperator("vm-operator")
-	eventually(t, 30*time.Second, func() string {
+	eventually.Within(t, 30*time.Second, func() string {
 		if op.logContains("Starting workers") {
 			return ""
 		}

@@ -314,20 +314,3 @@ func (e *env) waitStatus(ns, name string, timeout time.Duration, what string, ok
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
-// eventually polls f until it returns "" (success) or the time is up;
-// the failure shows f's last message.
-func eventually(t testing.TB, timeout time.Duration, f func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		msg := f()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", timeout, msg)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

@@ -31,6 +31,8 @@ import (
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
+
+	"github.com/vmop/vmop/internal/eventually"
 )
 
 // runningVM has everything that makes objects: disks (PVCs), a CD, SPICE
@@ -64,13 +66,13 @@ func TestOperator(t *testing.T) {
 	e := newEnv(t)
 	pvcDeletions := e.watchPVCDeletions()
 	op := e.startOperator("vm-operator", "--resync=2s")
-	eventually(t, 30*time.Second, func() string {
+	eventually.Within(t, 30*time.Second, func() string {
 		if op.logContains("Became the leader") {
 			return ""
 		}
 		return "the operator did not take the lease"
 	})
-	eventually(t, 30*time.Second, func() string {
+	eventually.Within(t, 30*time.Second, func() string {
 		if op.probe("/healthz") == http.StatusOK && op.probe("/readyz") == http.StatusOK {
 			return ""
 		}
@@ -143,7 +145,7 @@ func TestOperator(t *testing.T) {
 
 		// Stopped: no pod; the restart is no longer pending.
 		e.patchVM(ns, "vm1", `{"state":"Stopped"}`)
-		eventually(t, 60*time.Second, func() string {
+		eventually.Within(t, 60*time.Second, func() string {
 			if r := e.statefulSet(t, ns, "vm1").Spec.Replicas; *r != 0 {
 				return fmt.Sprintf("replicas %d", *r)
 			}
@@ -163,7 +165,7 @@ func TestOperator(t *testing.T) {
 		pvcs := e.pvcNames(t, ns)
 		require.ElementsMatch(t, []string{"runner-data-vm1-0", "system-disk-vm1-0"}, pvcs)
 		require.NoError(t, e.vms(ns).Delete(t.Context(), "vm1", metav1.DeleteOptions{}))
-		eventually(t, 60*time.Second, func() string {
+		eventually.Within(t, 60*time.Second, func() string {
 			if left := e.ownedObjects(t, ns, "vm1"); len(left) > 0 {
 				return fmt.Sprintf("left: %v", left)
 			}
@@ -189,7 +191,7 @@ func TestOperator(t *testing.T) {
 		ns := e.namespace("retry", nil)
 		e.denyConfigMaps(t, ns)
 		e.createVM(ns, fmt.Sprintf(runningVM, "vm3"))
-		eventually(t, 30*time.Second, func() string {
+		eventually.Within(t, 30*time.Second, func() string {
 			if op.logContains("Reconcile failed; retrying") && op.logContains("denied by the e2e test") {
 				return ""
 			}
@@ -241,7 +243,7 @@ func TestOperator(t *testing.T) {
 	t.Run("a second operator stays passive until the first one stops", func(t *testing.T) {
 		e.waitSettled(t, op)
 		standby := e.startOperator("vm-operator-standby", "--resync=2s")
-		eventually(t, 30*time.Second, func() string {
+		eventually.Within(t, 30*time.Second, func() string {
 			if standby.logContains("Standing by") {
 				return ""
 			}
@@ -258,7 +260,7 @@ func TestOperator(t *testing.T) {
 
 		op.terminate(t)
 		require.True(t, op.logContains("Shutting down workers"), "graceful stop")
-		eventually(t, 20*time.Second, func() string {
+		eventually.Within(t, 20*time.Second, func() string {
 			if standby.logContains("Became the leader") {
 				return ""
 			}
@@ -330,7 +332,7 @@ func (e *env) requireRendered(t *testing.T, u *unstructured.Unstructured, others
 	if sp := vm.Spec.VM.Display; vm.Spec.VM.State == v1.StateRunning && sp != nil && sp.Spice != nil && *sp.Spice.GenerateSecret && len(others["Secret"]) == 0 {
 		want["Secret/"+render.DisplaySecretName(vm.Name)] = ""
 	}
-	eventually(t, 60*time.Second, func() string {
+	eventually.Within(t, 60*time.Second, func() string {
 		have := e.ownedObjects(t, vm.Namespace, vm.Name)
 		if !slices.Equal(sortedKeys(want), sortedKeys(have)) {
 			return fmt.Sprintf("objects of %s: have %v, want %v", vm.Name, sortedKeys(have), sortedKeys(want))
@@ -435,7 +437,7 @@ func (e *env) statefulSet(t *testing.T, ns, name string) *appsv1.StatefulSet {
 // waitConfig waits until the VM's runner config contains every string.
 func (e *env) waitConfig(t *testing.T, ns, name string, want ...string) {
 	t.Helper()
-	eventually(t, 30*time.Second, func() string {
+	eventually.Within(t, 30*time.Second, func() string {
 		cm, err := e.kube.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			return err.Error()
@@ -455,7 +457,7 @@ func (e *env) waitConfig(t *testing.T, ns, name string, want ...string) {
 func (e *env) waitPodSynced(t *testing.T, ns, name string) string {
 	t.Helper()
 	var rv string
-	eventually(t, 10*time.Second, func() string {
+	eventually.Within(t, 10*time.Second, func() string {
 		cm, err := e.kube.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			return err.Error()
@@ -557,7 +559,7 @@ func (e *env) denyConfigMaps(t *testing.T, ns string) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	// The policy takes effect after the API server has loaded it.
-	eventually(t, 10*time.Second, func() string {
+	eventually.Within(t, 10*time.Second, func() string {
 		_, err := e.kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil {
 			return "the policy is not in force yet"

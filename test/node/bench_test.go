@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/testguest"
 )
 
@@ -48,7 +49,7 @@ func BenchmarkStart(b *testing.B) {
 			applied := time.Now()
 			kubectl(b, manifest, "apply", "-f", "-")
 			var running time.Time
-			eventually(b, 3*time.Minute, func() string {
+			eventually.Within(b, 3*time.Minute, func() string {
 				var ok bool
 				if running, ok = runnerLogTime(b, ns, vm, "VM running", applied.Truncate(time.Millisecond)); ok {
 					return ""
@@ -171,8 +172,9 @@ func podMemory(b testing.TB, ns, vm string) (overhead, guest int64) {
 	}
 	// One containerd shim runs a pod's sandbox and containers: the
 	// runner's parent, and the pause process's.
+	tree := processTree()
 	pause := 0
-	for _, pid := range children(parent(runner)) {
+	for _, pid := range children(tree, tree[runner]) {
 		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "pause" {
 			pause = pid
 		}
@@ -181,7 +183,7 @@ func podMemory(b testing.TB, ns, vm string) (overhead, guest int64) {
 		b.Fatal("no pause process beside the runner")
 	}
 	ramBytes := int64(512 << 20) // guestVM's maximumRam
-	for _, pid := range append(descendants(runner), pause) {
+	for _, pid := range append(descendants(tree, runner), pause) {
 		rss, guestRSS := rssOf(b, pid, ramBytes)
 		overhead += rss - guestRSS
 		guest += guestRSS
@@ -210,11 +212,10 @@ func processTree() map[int]int {
 	return parents
 }
 
-func parent(pid int) int { return processTree()[pid] }
-
-func children(pid int) []int {
+// children returns the processes whose parent is pid.
+func children(tree map[int]int, pid int) []int {
 	var out []int
-	for c, p := range processTree() {
+	for c, p := range tree {
 		if p == pid {
 			out = append(out, c)
 		}
@@ -223,10 +224,10 @@ func children(pid int) []int {
 }
 
 // descendants returns pid and every process below it.
-func descendants(pid int) []int {
+func descendants(tree map[int]int, pid int) []int {
 	out := []int{pid}
 	for i := 0; i < len(out); i++ {
-		out = append(out, children(out[i])...)
+		out = append(out, children(tree, out[i])...)
 	}
 	return out
 }

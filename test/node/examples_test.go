@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/testcluster"
 	"github.com/vmop/vmop/internal/testnode"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
@@ -52,7 +53,7 @@ func TestExamples(t *testing.T) {
 	// cores and the operator on it cannot give. The status says so, and
 	// the README's way out (spec.resources, then a restart) works.
 	var unschedulable bool
-	eventually(t, 3*time.Minute, func() string {
+	eventually.Within(t, 3*time.Minute, func() string {
 		for _, c := range vmStatus(t, ns, vm).Conditions {
 			switch {
 			case c.Type == v1.ConditionRunning && c.Status == metav1.ConditionTrue:
@@ -73,7 +74,7 @@ func TestExamples(t *testing.T) {
 			`{"spec":{"resources":{"requests":{"cpu":"500m","memory":"1Gi"}}}}`)
 		kubectl(t, "", "vm", "restart", "-n", ns, vm, "--wait", "--timeout", "3m")
 	}
-	eventually(t, 2*time.Minute, func() string {
+	eventually.Within(t, 2*time.Minute, func() string {
 		s := vmStatus(t, ns, vm)
 		if s.CPUs == 2 && s.Node == testnode.Name {
 			return ""

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/testguest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 )
@@ -27,7 +28,7 @@ func TestFaults(t *testing.T) {
 	failedWith := func(t *testing.T, vm, reason string) string {
 		t.Helper()
 		var out string
-		eventually(t, 2*time.Minute, func() string {
+		eventually.Within(t, 2*time.Minute, func() string {
 			for _, c := range vmStatus(t, ns, vm).Conditions {
 				if c.Type == v1.ConditionFailed && c.Status == metav1.ConditionTrue && c.Reason == reason {
 					out = kubectl(t, "", "vm", "status", "-n", ns, vm)
@@ -103,7 +104,7 @@ func TestFaults(t *testing.T) {
 		// the same disk, in the same pod.
 		require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
 		require.Equal(t, pod, podUID(t, ns, vm))
-		eventually(t, time.Minute, func() string {
+		eventually.Within(t, time.Minute, func() string {
 			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
 			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 1 time (last exit code 137") {
 				return ""

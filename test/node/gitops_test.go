@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/testguest"
 )
 
@@ -57,7 +58,7 @@ func TestGitOpsJourney(t *testing.T) {
 	// Git wins: deleting the rendered objects (what a sync does when the
 	// VM leaves Git) keeps the disk.
 	kubectl(t, rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
-	eventually(t, 2*time.Minute, func() string {
+	eventually.Within(t, 2*time.Minute, func() string {
 		if _, _, err := kubectlResult(t.Context(), "", "get", "pod", "-n", ns, vm+"-0"); err == nil {
 			return "the pod is still there"
 		}

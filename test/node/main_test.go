@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/imagebuild"
 	"github.com/vmop/vmop/internal/testnode"
 )
@@ -109,10 +109,7 @@ func kubectl(t testing.TB, stdin string, args ...string) string {
 }
 
 func kubectlResult(ctx context.Context, stdin string, args ...string) (stdout, stderr string, err error) {
-	// KUBECONFIG, not --kubeconfig: kubectl takes no flags before a
-	// plugin's name.
-	cmd := exec.CommandContext(ctx, "kubectl", args...)
-	cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "KUBECONFIG="+node.Kubeconfig)
+	cmd := kubectlCmd(ctx, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -120,25 +117,20 @@ func kubectlResult(ctx context.Context, stdin string, args ...string) (stdout, s
 	return o.String(), e.String(), err
 }
 
+// kubectlCmd is the real kubectl against the node's cluster, with
+// kubectl-vm on its PATH. KUBECONFIG, not --kubeconfig: kubectl takes no
+// flags before a plugin's name.
+func kubectlCmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "KUBECONFIG="+node.Kubeconfig)
+	return cmd
+}
+
 // createNamespace makes a namespace for one journey.
 func createNamespace(t testing.TB, name string) {
 	t.Helper()
 	_, err := node.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-}
-
-// eventually polls cond until it returns "" or the time is up, then fails
-// t with cond's last complaint.
-func eventually(t testing.TB, timeout time.Duration, cond func() string) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		last = cond()
-		return last == "", nil
-	})
-	if err != nil {
-		t.Fatalf("after %v: %s", timeout, last)
-	}
 }
 
 // runnerPID is the host pid of the runner in the VM's pod.
@@ -171,7 +163,7 @@ func consoleLog(ctx context.Context, ns, vm string) (string, error) {
 func waitConsole(t testing.TB, ns, vm, prefix string, timeout time.Duration) string {
 	t.Helper()
 	var found string
-	eventually(t, timeout, func() string {
+	eventually.Within(t, timeout, func() string {
 		log, err := consoleLog(t.Context(), ns, vm)
 		if err != nil {
 			return fmt.Sprintf("console of %s/%s: %v", ns, vm, err)

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/spicetest"
 	"github.com/vmop/vmop/internal/testguest"
 	"github.com/vmop/vmop/internal/testnode"
@@ -138,7 +139,7 @@ func TestOperatorJourney(t *testing.T) {
 	if strings.HasPrefix(testguest.Accel(), "kvm") {
 		accel = "kvm"
 	}
-	eventually(t, 30*time.Second, func() string {
+	eventually.Within(t, 30*time.Second, func() string {
 		s := vmStatus(t, ns, vm)
 		if s.CPUs == 1 && s.RAM == "512Mi" && s.Node == testnode.Name && s.Accelerator == accel {
 			return ""
@@ -200,7 +201,7 @@ func TestOperatorJourney(t *testing.T) {
 func deleteVM(t testing.TB, ns, vm string) {
 	t.Helper()
 	kubectl(t, "", "delete", "vm", "-n", ns, vm, "--wait", "--timeout", "3m")
-	eventually(t, 2*time.Minute, func() string {
+	eventually.Within(t, 2*time.Minute, func() string {
 		_, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
 		if err == nil {
 			return "the pod " + vm + "-0 is still there"
@@ -273,7 +274,7 @@ func liveChanges(t *testing.T, ns, vm string, operator bool) {
 		since := time.Now().Truncate(time.Millisecond)
 		kubectl(t, "", c.args...)
 		var at time.Time
-		eventually(t, 3*time.Minute, func() string {
+		eventually.Within(t, 3*time.Minute, func() string {
 			var ok bool
 			if at, ok = runnerLogTime(t, ns, vm, c.msg, since); ok {
 				return ""
@@ -286,7 +287,7 @@ func liveChanges(t *testing.T, ns, vm string, operator bool) {
 	if !operator {
 		return
 	}
-	eventually(t, 30*time.Second, func() string {
+	eventually.Within(t, 30*time.Second, func() string {
 		if s := vmStatus(t, ns, vm); s.CPUs != 2 || s.RAM != "384Mi" {
 			return fmt.Sprintf("status: cpus %d, ram %q", s.CPUs, s.RAM)
 		}
@@ -298,8 +299,7 @@ func liveChanges(t *testing.T, ns, vm string, operator bool) {
 // forward to the VM's pod open through the API server and the kubelet,
 // and logs in to the SPICE display through it with the one-time password.
 func consoleLogin(t *testing.T, ns, vm string) {
-	cmd := exec.CommandContext(t.Context(), "kubectl", "vm", "console", "-n", ns, vm, "--print-vv", "--expiry", "60s")
-	cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "KUBECONFIG="+node.Kubeconfig)
+	cmd := kubectlCmd(t.Context(), "vm", "console", "-n", ns, vm, "--print-vv", "--expiry", "60s")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
