@@ -153,6 +153,11 @@ func New(t testing.TB) *Env {
 		"ram":                "4Gi",
 		"accelerator":        "kvm",
 		"consoleClient":      "192.0.2.10",
+		"osinfo":             map[string]any{"id": "debian", "pretty-name": "Debian GNU/Linux 12 (bookworm)", "kernel-release": "6.1.0-50-cloud-amd64"},
+		"hostname":           "desktop",
+		"guestAgentVersion":  "7.2.15",
+		"interfaces": []any{map[string]any{"name": "enp0s2", "mac": "52:54:00:12:34:56",
+			"ipAddresses": []any{"192.0.2.20/24", "fe80::5054:ff:fe12:3456/64"}}},
 		"conditions": []any{
 			e.condition(v1.ConditionRunning, true, v1.ReasonRunning, "The runner pod runs on node-1.", 10*24*time.Hour),
 			e.condition(v1.ConditionReady, true, v1.ReasonPodReady, "The runner reports the VM ready.", 10*24*time.Hour+10*time.Minute),

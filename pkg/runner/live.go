@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vmop/vmop/pkg/guestagent"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
@@ -328,6 +329,12 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 		if id, _ := ev.Data["id"].(string); id == "guest-agent" {
 			l.agentConnected, _ = ev.Data["open"].(bool)
 			r.status.Booted = l.agentConnected
+			if l.agentConnected && !l.stopping {
+				r.guest.start(ctx, r)
+			} else {
+				r.guest.stop()
+				r.status.Guest = guestagent.Info{}
+			}
 			r.report(ctx)
 		}
 	case qmp.EventSpiceInitialized:

@@ -2,8 +2,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
-	"net"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/vmop/vmop/pkg/guestagent"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
@@ -102,6 +101,11 @@ func (r *Runner) loop(ctx context.Context) error {
 			}
 		case err := <-watcher.Errors:
 			r.log.Error("Watching the config directory", "err", err)
+		case info := <-r.guest.infos:
+			if r.live.agentConnected && !reflect.DeepEqual(info, r.status.Guest) {
+				r.status.Guest = info
+				r.report(bg)
+			}
 		case <-reload.C:
 			r.reload(bg)
 			if stopping && stopTimer != nil {
@@ -126,6 +130,8 @@ func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced, stopping 
 	r.ready.Store(false)
 	r.status.Running = false
 	r.status.Booted = false
+	r.guest.stop()
+	r.status.Guest = guestagent.Info{}
 	r.status.ConsoleClient = ""
 	r.report(ctx)
 	err := exitFor(r.qemu, guestShutdown, forced)
@@ -147,8 +153,9 @@ func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced, stopping 
 // askGuestToStop asks the guest to shut down: through the guest agent when
 // it is connected (works without ACPI), else with the ACPI power button.
 func (r *Runner) askGuestToStop(ctx context.Context) {
+	r.guest.stop()
 	if r.live.agentConnected {
-		if err := guestAgentShutdown(ctx, r.machine.GuestAgentSocket); err == nil {
+		if err := agentShutdown(ctx, r.machine.GuestAgentSocket); err == nil {
 			r.log.Info("Asked the guest agent to shut down", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
 			return
 		} else {
@@ -160,23 +167,6 @@ func (r *Runner) askGuestToStop(ctx context.Context) {
 		return
 	}
 	r.log.Info("Sent the ACPI power button", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
-}
-
-// guestAgentShutdown sends guest-shutdown to qemu-guest-agent, which does
-// not answer it.
-func guestAgentShutdown(ctx context.Context, socket string) error {
-	var d net.Dialer
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := d.DialContext(ctx, "unix", socket)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	return json.NewEncoder(conn).Encode(map[string]any{
-		"execute": "guest-shutdown", "arguments": map[string]string{"mode": "powerdown"},
-	})
 }
 
 // reload reads the config again and applies what can change live. An

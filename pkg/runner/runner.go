@@ -67,6 +67,7 @@ type Runner struct {
 	mon         *qmp.Monitor
 	status      Status
 	live        *liveState
+	guest       *guestWatch
 	// ready is read by the probe server while the loop runs.
 	ready atomic.Bool
 }
@@ -186,6 +187,7 @@ func (r *Runner) start(ctx context.Context) error {
 		return fmt.Errorf("QMP: %w", err)
 	}
 	r.live = newLiveState(r)
+	r.guest = newGuestWatch()
 	if err := r.live.apply(ctx, c); err != nil {
 		return err
 	}

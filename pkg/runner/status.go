@@ -1,6 +1,10 @@
 package runner
 
-import "context"
+import (
+	"context"
+
+	"github.com/vmop/vmop/pkg/guestagent"
+)
 
 // Status is what the runner observes of its VM, for the VirtualMachine's
 // status.
@@ -8,8 +12,10 @@ type Status struct {
 	Running bool
 	// Booted: the guest agent is connected.
 	Booted bool
-	CPUs   int
-	RAM    int64
+	// Guest is what the guest agent reports; zero while it is not connected.
+	Guest guestagent.Info
+	CPUs  int
+	RAM   int64
 	// Accelerator is "kvm", or "tcg" without a usable /dev/kvm.
 	Accelerator           string
 	ConsoleClient         string

@@ -5,10 +5,12 @@ package runnerstatus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/guestagent"
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/version"
 )
@@ -333,6 +336,7 @@ func (r *Reporter) failed(err error, what string) time.Time {
 func (r *Reporter) final() error {
 	r.mu.Lock()
 	r.latest.Running, r.latest.Booted, r.latest.ConsoleClient = false, false, ""
+	r.latest.Guest = guestagent.Info{}
 	r.have = true
 	r.mu.Unlock()
 	var err error
@@ -403,12 +407,55 @@ func (r *Reporter) statusObject(s runner.Status) *unstructured.Unstructured {
 	if s.DisplayPasswordSerial != 0 {
 		status["displayPasswordSerial"] = s.DisplayPasswordSerial
 	}
+	for k, v := range guestStatus(s.Guest) {
+		status[k] = v
+	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1.APIVersion,
 		"kind":       v1.Kind,
 		"metadata":   map[string]any{"name": r.name, "namespace": r.namespace},
 		"status":     status,
 	}}
+}
+
+// guestStatus is what the guest agent told, in the status fields of
+// v1.VirtualMachineStatus; empty while no agent is connected.
+func guestStatus(g guestagent.Info) map[string]any {
+	status := map[string]any{}
+	if g.AgentVersion != "" {
+		status["guestAgentVersion"] = g.AgentVersion
+	}
+	if g.Hostname != "" {
+		status["hostname"] = g.Hostname
+	}
+	if g.OS != (guestagent.OSInfo{}) {
+		var osinfo map[string]any
+		b, _ := json.Marshal(g.OS)
+		_ = json.Unmarshal(b, &osinfo)
+		status["osinfo"] = osinfo
+	}
+	var ifaces []any
+	for _, i := range g.Interfaces {
+		if i.Name == "lo" {
+			continue
+		}
+		iface := map[string]any{"name": i.Name}
+		if i.HardwareAddress != "" {
+			iface["mac"] = i.HardwareAddress
+		}
+		var ips []any
+		for _, a := range i.IPAddresses {
+			ips = append(ips, fmt.Sprintf("%s/%d", a.Address, a.Prefix))
+		}
+		if ips != nil {
+			iface["ipAddresses"] = ips
+		}
+		ifaces = append(ifaces, iface)
+	}
+	if ifaces != nil {
+		status["interfaces"] = ifaces
+	}
+	return status
 }
 
 // conditionList builds the runner's conditions; a condition keeps its
@@ -447,5 +494,6 @@ func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string
 // and RestartRequired are the operator's to report.
 func sameStatus(a, b runner.Status) bool {
 	return a.Booted == b.Booted && a.CPUs == b.CPUs && a.RAM == b.RAM && a.Accelerator == b.Accelerator &&
-		a.ConsoleClient == b.ConsoleClient && a.DisplayPasswordSerial == b.DisplayPasswordSerial
+		a.ConsoleClient == b.ConsoleClient && a.DisplayPasswordSerial == b.DisplayPasswordSerial &&
+		reflect.DeepEqual(a.Guest, b.Guest)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/vmop/vmop/internal/testcluster"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/guestagent"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/version"
@@ -46,6 +47,19 @@ type env struct {
 	cfg *rest.Config
 	dyn *dynamic.DynamicClient
 	cs  *kubernetes.Clientset
+}
+
+// guest is what a Debian guest's agent tells.
+var guest = guestagent.Info{
+	AgentVersion: "7.2.15", Hostname: "desk",
+	OS: guestagent.OSInfo{ID: "debian", PrettyName: "Debian GNU/Linux 12 (bookworm)", VersionID: "12"},
+	Interfaces: []guestagent.Interface{
+		{Name: "lo", IPAddresses: []guestagent.IPAddress{{Type: "ipv4", Address: "127.0.0.1", Prefix: 8}}},
+		{Name: "eth0", HardwareAddress: "52:54:00:12:34:56", IPAddresses: []guestagent.IPAddress{
+			{Type: "ipv4", Address: "10.0.2.15", Prefix: 24},
+			{Type: "ipv6", Address: "fec0::5054:ff:fe12:3456", Prefix: 64},
+		}},
+	},
 }
 
 func TestReporter(t *testing.T) {
@@ -89,12 +103,17 @@ func TestReporter(t *testing.T) {
 		require.True(t, owned, "no apply entry of %s on the status", FieldManager)
 
 		// Booted, restart done; the console client leaves.
-		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2, RAM: 4 * gib, DisplayPasswordSerial: 3})
+		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2, RAM: 4 * gib, DisplayPasswordSerial: 3, Guest: guest})
 		st = e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool {
 			return condition(t, st, ConditionBooted).Status == metav1.ConditionTrue
 		})
 		require.Empty(t, st.ConsoleClient)
 		require.Equal(t, ReasonGuestAgentConnected, condition(t, st, ConditionBooted).Reason)
+		// What the agent told; loopback left out.
+		require.Equal(t, "7.2.15", st.GuestAgentVersion)
+		require.Equal(t, "desk", st.Hostname)
+		require.Equal(t, []v1.GuestInterface{{Name: "eth0", MAC: "52:54:00:12:34:56", IPAddresses: []string{"10.0.2.15/24", "fec0::5054:ff:fe12:3456/64"}}}, st.Interfaces)
+		require.JSONEq(t, `{"id": "debian", "pretty-name": "Debian GNU/Linux 12 (bookworm)", "version-id": "12"}`, string(st.OSInfo.Raw))
 
 		// Stop flushes a stopped VM before it returns.
 		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -103,6 +122,9 @@ func TestReporter(t *testing.T) {
 		st = e.status(t, "default", "fields")
 		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionBooted).Status)
 		require.EqualValues(t, 2, st.CPUs)
+		require.Empty(t, st.Hostname, "a stopped guest has no agent to tell")
+		require.Empty(t, st.Interfaces)
+		require.Nil(t, st.OSInfo)
 		require.NoError(t, r.Stop(stopCtx), "a second Stop")
 		require.Zero(t, logs.count("level=WARN"), logs.String())
 	})

@@ -238,6 +238,9 @@ consoleUser: admin
 loggedInUser: admin
 displayPasswordSerial: 3
 osinfo: {id: debian, version-id: "12"}
+hostname: desk
+interfaces: [{name: eth0, mac: "52:54:00:12:34:56", ipAddresses: [10.0.2.15/24]}]
+guestAgentVersion: "7.2.15"
 assignment: {pool: test-pool, user: admin, lastUsed: "2025-01-02T03:04:05Z"}
 `
 

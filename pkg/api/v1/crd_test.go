@@ -70,6 +70,8 @@ func TestCRDNamesAndColumns(t *testing.T) {
 		{Name: "CPUs", Type: "integer", JSONPath: ".status.cpus"},
 		{Name: "RAM", Type: "string", JSONPath: ".status.ram"},
 		{Name: "Node", Type: "string", JSONPath: ".status.node"},
+		{Name: "IP", Type: "string", Description: "The guest's first address, from its agent.", Priority: 1,
+			JSONPath: ".status.interfaces[0].ipAddresses[0]"},
 		{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 	}, v.AdditionalPrinterColumns)
 

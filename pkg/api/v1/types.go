@@ -235,14 +235,29 @@ type VirtualMachineStatus struct {
 	RAM                string             `json:"ram,omitempty"`
 	// Accelerator is what runs the guest: "kvm", or "tcg" (emulated, many
 	// times slower) on a node without a usable /dev/kvm.
-	Accelerator           string      `json:"accelerator,omitempty"`
-	Node                  string      `json:"node,omitempty"`
-	ConsoleClient         string      `json:"consoleClient,omitempty"`
-	ConsoleUser           string      `json:"consoleUser,omitempty"`
-	LoggedInUser          string      `json:"loggedInUser,omitempty"`
-	DisplayPasswordSerial int64       `json:"displayPasswordSerial,omitempty"`
-	OSInfo                *FreeForm   `json:"osinfo,omitempty"`
-	Assignment            *Assignment `json:"assignment,omitempty"`
+	Accelerator           string `json:"accelerator,omitempty"`
+	Node                  string `json:"node,omitempty"`
+	ConsoleClient         string `json:"consoleClient,omitempty"`
+	ConsoleUser           string `json:"consoleUser,omitempty"`
+	LoggedInUser          string `json:"loggedInUser,omitempty"`
+	DisplayPasswordSerial int64  `json:"displayPasswordSerial,omitempty"`
+	// OSInfo is the guest agent's guest-get-osinfo answer, as VM-Operator
+	// keeps it (id, name, pretty-name, version-id, kernel-release, ...).
+	OSInfo *FreeForm `json:"osinfo,omitempty"`
+	// Hostname, Interfaces and GuestAgentVersion come from the guest agent
+	// while it is connected (the Booted condition).
+	Hostname          string           `json:"hostname,omitempty"`
+	Interfaces        []GuestInterface `json:"interfaces,omitempty"`
+	GuestAgentVersion string           `json:"guestAgentVersion,omitempty"`
+	Assignment        *Assignment      `json:"assignment,omitempty"`
+}
+
+// GuestInterface is a network interface of the guest (not loopback) as
+// its agent sees it.
+type GuestInterface struct {
+	Name        string   `json:"name"`
+	MAC         string   `json:"mac,omitempty"`
+	IPAddresses []string `json:"ipAddresses,omitempty"`
 }
 
 // Assignment is VM-Operator's pool assignment (kept for compatibility).

@@ -73,7 +73,8 @@ GitOps mode derived from the pod. CPUS and RAM are what the runner reports
 in use, or in parentheses the spec's current values when nothing is
 reported (a stopped VM, or GitOps mode, where the runner has no
 VirtualMachine to report to). CONSOLE is the address of the connected
-SPICE client. -o wide adds MODE (operator or gitops) and READY.
+SPICE client. -o wide adds MODE (operator or gitops), READY and IP (the
+guest's first address, from its agent).
 
 -o yaml and -o json print a v1 List of the VirtualMachines and, for VMs in
 GitOps mode, their StatefulSets.`,
@@ -181,7 +182,7 @@ func (o *Options) printTable(views []*status.View) error {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
 	if o.Output == outputWide {
-		header = append(header, "MODE", "READY")
+		header = append(header, "MODE", "READY", "IP")
 	}
 	fmt.Fprintln(w, strings.Join(header, "\t"))
 	for _, v := range views {
@@ -197,7 +198,7 @@ func (o *Options) printTable(views []*status.View) error {
 			row = append([]string{v.Namespace}, row...)
 		}
 		if o.Output == outputWide {
-			row = append(row, string(v.Mode), v.Ready())
+			row = append(row, string(v.Mode), v.Ready(), cmp.Or(v.IP(), "<none>"))
 		}
 		fmt.Fprintln(w, strings.Join(row, "\t"))
 	}

@@ -166,6 +166,16 @@ func (o *Options) print(v *View, pvcs []corev1.PersistentVolumeClaim) error {
 		field("Restart pending", "no")
 	}
 	field("Pod", podSummary(v.Pod))
+	field("Guest", v.Guest())
+	if ifaces := v.Interfaces(); len(ifaces) > 0 {
+		rows := make([][]string, len(ifaces))
+		for i, n := range ifaces {
+			rows[i] = []string{n.Name, cmp.Or(n.MAC, "<none>"), cmp.Or(strings.Join(n.IPAddresses, " "), "<none>")}
+		}
+		if err := table("Guest interfaces", []string{"Name", "MAC", "Addresses"}, rows); err != nil {
+			return err
+		}
+	}
 
 	if len(pvcs) == 0 {
 		field("Disks (PVCs)", "<none>")

@@ -1,9 +1,12 @@
 package status
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -183,6 +186,54 @@ func (v *View) Accelerator() string {
 		return "tcg (emulated, many times slower: the node has no usable /dev/kvm)"
 	}
 	return a
+}
+
+// Guest describes the guest as its agent reports it: the OS, kernel, host
+// name and agent version.
+func (v *View) Guest() string {
+	if v.Mode == vmclient.ModeGitOps {
+		return "<not reported: the runner writes what the guest agent tells into a VirtualMachine, and GitOps mode has none>"
+	}
+	st := v.VM.VM.Status
+	if st.GuestAgentVersion == "" {
+		return "<no guest agent connected>"
+	}
+	var os struct {
+		PrettyName    string `json:"pretty-name"`
+		Name          string `json:"name"`
+		KernelRelease string `json:"kernel-release"`
+	}
+	if st.OSInfo != nil {
+		_ = json.Unmarshal(st.OSInfo.Raw, &os)
+	}
+	parts := []string{cmp.Or(os.PrettyName, os.Name, "unknown OS")}
+	if os.KernelRelease != "" {
+		parts = append(parts, "kernel "+os.KernelRelease)
+	}
+	if st.Hostname != "" {
+		parts = append(parts, "host name "+st.Hostname)
+	}
+	return strings.Join(append(parts, "agent "+st.GuestAgentVersion), ", ")
+}
+
+// Interfaces are the guest's network interfaces its agent reports.
+func (v *View) Interfaces() []v1.GuestInterface {
+	if v.VM.VM == nil {
+		return nil
+	}
+	return v.VM.VM.Status.Interfaces
+}
+
+// IP is the guest's first address as its agent reports it, without its
+// prefix length; "" when unknown.
+func (v *View) IP() string {
+	for _, i := range v.Interfaces() {
+		for _, a := range i.IPAddresses {
+			ip, _, _ := strings.Cut(a, "/")
+			return ip
+		}
+	}
+	return ""
 }
 
 // ConsoleClient is the address of the connected SPICE client, "" when

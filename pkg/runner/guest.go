@@ -1,0 +1,81 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/vmop/vmop/pkg/guestagent"
+)
+
+const (
+	// guestPoll is how often the runner asks the agent again: addresses
+	// come and go (DHCP, a user's changes) without an event.
+	guestPoll = 15 * time.Second
+	// guestRetry is the wait after an agent that did not answer (it opens
+	// its port before it serves).
+	guestRetry = 2 * time.Second
+	// agentStopTimeout bounds asking the agent to shut down before ACPI.
+	agentStopTimeout = 3 * time.Second
+)
+
+// guestWatch asks the guest agent what it knows while its port is open and
+// hands the answers to the loop, which alone writes the status.
+type guestWatch struct {
+	infos  chan guestagent.Info
+	cancel context.CancelFunc
+}
+
+func newGuestWatch() *guestWatch {
+	return &guestWatch{infos: make(chan guestagent.Info), cancel: func() {}}
+}
+
+// start begins polling the agent at socket (again).
+func (w *guestWatch) start(ctx context.Context, r *Runner) {
+	w.cancel()
+	ctx, w.cancel = context.WithCancel(ctx)
+	go func() {
+		for {
+			wait := guestPoll
+			info, err := queryGuest(ctx, r.machine.GuestAgentSocket)
+			if err != nil {
+				r.log.Debug("Asking the guest agent", "err", err)
+				wait = guestRetry
+			} else {
+				select {
+				case w.infos <- info:
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+func (w *guestWatch) stop() { w.cancel() }
+
+func queryGuest(ctx context.Context, socket string) (guestagent.Info, error) {
+	c, err := guestagent.Dial(ctx, socket)
+	if err != nil {
+		return guestagent.Info{}, err
+	}
+	defer c.Close()
+	return c.Info(ctx)
+}
+
+// agentShutdown asks the guest agent to power the guest off; an error
+// means it did not answer.
+func agentShutdown(ctx context.Context, socket string) error {
+	ctx, cancel := context.WithTimeout(ctx, agentStopTimeout)
+	defer cancel()
+	c, err := guestagent.Dial(ctx, socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Shutdown(ctx)
+}
