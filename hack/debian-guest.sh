@@ -37,7 +37,7 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 mmdebstrap --mode=root --variant=apt --format=directory \
 	--aptopt='APT::Install-Recommends "false"' \
-	--include=linux-image-cloud-amd64,initramfs-tools,systemd-sysv,udev,dbus,e2fsprogs,cloud-init,cloud-guest-utils,qemu-guest-agent,openssh-server,sudo,spice-vdagent,tpm2-tools,iproute2,eject,util-linux \
+	--include=linux-image-cloud-amd64,initramfs-tools,systemd-sysv,udev,dbus,e2fsprogs,cloud-init,cloud-guest-utils,qemu-guest-agent,openssh-server,sudo,spice-vdagent,tpm2-tools,iproute2,util-linux,locales \
 	--customize-hook='chroot "$1" systemctl enable systemd-networkd' \
 	--customize-hook='chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer' \
 	bookworm "$root" "$mirror" >&2
@@ -69,6 +69,9 @@ EOF
 cat >"$root/etc/cloud/cloud.cfg.d/90-vmop.cfg" <<'EOF'
 # The seed disk vm-runner attaches, nothing from the network.
 datasource_list: [NoCloud, None]
+# cloud-init's default, en_US.UTF-8, would need locale-gen; C.UTF-8 is
+# built in.
+locale: C.UTF-8
 EOF
 mkdir -p "$root/boot/grub"
 cat >"$root/boot/grub/grub.cfg" <<EOF

@@ -24,16 +24,22 @@ case " $(cat /proc/cmdline) " in
 esac
 
 # A stand-in for qemu-guest-agent: keeping its virtio port open tells qemu
-# the agent is there (VSERPORT_CHANGE); a guest-shutdown command powers
+# the agent is there (VSERPORT_CHANGE); it answers guest-sync-delimited as
+# the agent does (0xFF, then the id), and a guest-shutdown command powers
 # off. Reads end at once while no host side is connected, hence the retry.
 agent() {
 	for d in /sys/class/virtio-ports/*; do
 		[ "$(cat "$d/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] || continue
-		exec 3<"/dev/${d##*/}"
+		exec 3<>"/dev/${d##*/}"
 		echo "TESTGUEST AGENT"
 		while :; do
 			if read -r line <&3; then
 				case "$line" in
+				*guest-sync-delimited*)
+					id=${line#*\"id\":}
+					id=${id%%[!0-9]*}
+					printf '\377{"return": %s}\n' "$id" >&3
+					;;
 				*guest-shutdown*) /etc/acpi/PWRF/00000080 ;;
 				esac
 			else

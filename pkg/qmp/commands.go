@@ -216,6 +216,13 @@ type SpiceInfo struct {
 	Channels        []SpiceChannel `json:"channels,omitempty"`
 }
 
+// SPICE channel types (SpiceChannel.ChannelType): a viewer's session is
+// its main channel; the display channel shows the guest's screen.
+const (
+	SpiceChannelMain    = 1
+	SpiceChannelDisplay = 2
+)
+
 // SpiceChannel is a connected SPICE channel.
 type SpiceChannel struct {
 	Host         string `json:"host"`

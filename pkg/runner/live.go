@@ -199,18 +199,36 @@ func (l *liveState) changeCD(ctx context.Context, id, file string) error {
 		return nil
 	}
 	l.pendingCDs[id] = file
+	open, err := l.openTray(ctx, id)
+	if err == nil && !open {
+		l.r.log.Info("CD change waits for the guest to release the tray", "drive", id)
+	}
+	return err
+}
+
+// openTray asks for the tray of drive id to open and, once it is, changes
+// the medium. A guest that has the tray locked (a mounted CD) is asked to
+// eject; it may refuse while the medium is in use.
+func (l *liveState) openTray(ctx context.Context, id string) (bool, error) {
 	if err := l.r.mon.BlockdevOpenTray(ctx, id, false); err != nil {
-		return err
+		return false, err
 	}
 	open, err := l.trayOpen(ctx, id)
-	if err != nil {
-		return err
+	if err != nil || !open {
+		return false, err
 	}
-	if open {
-		return l.finishCD(ctx, id)
+	return true, l.finishCD(ctx, id)
+}
+
+// retryCDs asks again for the trays of pending CD changes. A guest asked to
+// eject while the CD is mounted refuses and is not asked again by qemu; once
+// unmounted, its tray is unlocked and a new request opens it.
+func (l *liveState) retryCDs(ctx context.Context) {
+	for id := range l.pendingCDs {
+		if _, err := l.openTray(ctx, id); err != nil {
+			l.r.log.Error("Changing the CD medium", "drive", id, "err", err)
+		}
 	}
-	l.r.log.Info("CD change waits for the guest to release the tray", "drive", id)
-	return nil
 }
 
 func (l *liveState) trayOpen(ctx context.Context, id string) (bool, error) {
@@ -339,7 +357,7 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 		}
 	case qmp.EventSpiceInitialized:
 		client, _ := ev.Data["client"].(map[string]any)
-		if ct, _ := client["channel-type"].(float64); ct != 1 {
+		if ct, _ := client["channel-type"].(float64); ct != qmp.SpiceChannelMain {
 			return // only the main channel stands for a viewer
 		}
 		r.status.ConsoleClient, _ = client["host"].(string)
@@ -354,7 +372,7 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 		}
 		client := ""
 		for _, c := range info.Channels {
-			if c.ChannelType == 1 {
+			if c.ChannelType == qmp.SpiceChannelMain {
 				client = c.Host
 			}
 		}

@@ -20,6 +20,9 @@ const (
 	reloadDelay = 20 * time.Millisecond
 	// quitGrace is how long qemu gets to quit before it is killed.
 	quitGrace = 5 * time.Second
+	// cdRetry is how often a CD change that waits for the guest's tray
+	// asks again.
+	cdRetry = 2 * time.Second
 )
 
 // loop handles everything while the VM runs: the end of ctx (SIGTERM)
@@ -39,6 +42,8 @@ func (r *Runner) loop(ctx context.Context) error {
 	events := r.mon.Events(context.Background())
 	reload := time.NewTimer(time.Hour)
 	reload.Stop()
+	cds := time.NewTicker(cdRetry)
+	defer cds.Stop()
 
 	var (
 		sigterm                = ctx.Done()
@@ -101,6 +106,10 @@ func (r *Runner) loop(ctx context.Context) error {
 			}
 		case err := <-watcher.Errors:
 			r.log.Error("Watching the config directory", "err", err)
+		case <-cds.C:
+			if len(r.live.pendingCDs) > 0 && !stopping {
+				r.live.retryCDs(bg)
+			}
 		case info := <-r.guest.infos:
 			if r.live.agentConnected && !reflect.DeepEqual(info, r.status.Guest) {
 				r.status.Guest = info

@@ -1,0 +1,249 @@
+package debian_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/internal/debianguest"
+	"github.com/vmop/vmop/internal/eventually"
+	"github.com/vmop/vmop/pkg/guestagent"
+	"github.com/vmop/vmop/pkg/runner"
+)
+
+// sshKey is a public key for cloud-init's users module (the guest only
+// stores it).
+const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq9nl1TrMvvYwO2ZKQl5Ldgj3Ek/F0E8Nu6k4xOL2Ts vmop-test"
+
+// biosConfig is the VM of TestDebianBIOS; ROUND goes into the user-data's
+// runcmd, so that each round has its own user-data and instance-id.
+const biosConfig = `"/Runner":
+  dataDir: DIR/data
+  runtimeDir: DIR/run
+  cloudInit:
+    metaData: {local-hostname: deb-bios}
+    userData:
+      users:
+      - name: vmop
+        shell: /bin/bash
+        sudo: ALL=(ALL) NOPASSWD:ALL
+        ssh_authorized_keys: [` + sshKey + `]
+      runcmd:
+      - [sh, -c, "echo ROUND >> /var/lib/vmop-runcmd"]
+    networkConfig:
+      version: 2
+      ethernets:
+        nic:
+          match: {macaddress: "` + mac + `"}
+          addresses: [10.0.2.20/24]
+  vm:
+    name: deb-bios
+    accelerator: tcg
+    firmware: bios
+    powerdownTimeout: 60
+    maximumCpus: 2
+    currentCpus: CPUS
+    maximumRam: 1Gi
+    currentRam: RAM
+    drives:
+    - type: raw
+      resource: DISK
+    - type: ide-cd
+      file: "CD"
+`
+
+func biosVM(round, cpus int, ram, cd string) string {
+	return strings.NewReplacer("ROUND", "round "+strconv.Itoa(round), "CPUS", strconv.Itoa(cpus), "RAM", ram, "CD", cd).Replace(biosConfig)
+}
+
+// TestDebianBIOS boots the guest with SeaBIOS twice. The first boot checks
+// cloud-init, the agent's report, CPUs, RAM and the CD, and ends with a
+// shutdown through the agent; the second, with changed user-data, checks
+// that cloud-init ran again and nothing was lost, and ends with ACPI.
+func TestDebianBIOS(t *testing.T) {
+	g := newGuest(t)
+	g.write(biosVM(1, 1, "1Gi", ""))
+	g.start()
+
+	var s runner.Status
+	t.Run("the agent reports the guest", func(t *testing.T) {
+		s = g.booted()
+		t.Logf("agent info %.1f s after the runner started", time.Since(g.started).Seconds())
+		require.Equal(t, "deb-bios", s.Guest.Hostname, "meta-data local-hostname")
+		require.Equal(t, "debian", s.Guest.OS.ID)
+		require.Equal(t, "12", s.Guest.OS.VersionID)
+		require.Contains(t, s.Guest.OS.PrettyName, "Debian GNU/Linux 12")
+		require.NotEmpty(t, s.Guest.AgentVersion)
+	})
+
+	t.Run("cloud-init applied the seed", func(t *testing.T) {
+		g.cloudInitDone()
+		t.Logf("cloud-init done %.1f s after the runner started", time.Since(g.started).Seconds())
+		var result struct {
+			V1 struct {
+				Datasource string   `json:"datasource"`
+				Errors     []string `json:"errors"`
+			} `json:"v1"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(g.sh("cat /run/cloud-init/result.json")), &result))
+		require.Empty(t, result.V1.Errors, "cloud-init's errors")
+		require.Contains(t, result.V1.Datasource, "DataSourceNoCloud", "the seed disk is what the guest used")
+		require.Equal(t, "deb-bios", strings.TrimSpace(g.sh("hostname")))
+		require.Equal(t, "round 1", strings.TrimSpace(g.sh("cat /var/lib/vmop-runcmd")), "runcmd ran once")
+		require.Equal(t, sshKey, strings.TrimSpace(g.sh("cat /home/vmop/.ssh/authorized_keys")))
+		require.Contains(t, g.sh("getent passwd vmop"), ":/home/vmop:/bin/bash")
+		require.Contains(t, g.sh("sudo -l -U vmop"), "NOPASSWD: ALL")
+		require.Contains(t, g.console(), "deb-bios login:", "a getty on the serial console")
+	})
+
+	t.Run("network-config is honoured", func(t *testing.T) {
+		var nic guestagent.Interface
+		eventually.Within(t, time.Minute, func() string {
+			for _, i := range g.rec.last().Guest.Interfaces {
+				if i.HardwareAddress == mac {
+					nic = i
+				}
+			}
+			for _, a := range nic.IPAddresses {
+				if a.Address == "10.0.2.20" && a.Prefix == 24 {
+					return ""
+				}
+			}
+			return fmt.Sprintf("the agent reports %+v", g.rec.last().Guest.Interfaces)
+		})
+		require.Contains(t, g.sh("ip -4 -o addr show dev "+nic.Name), "10.0.2.20/24")
+	})
+
+	t.Run("CPUs change live", func(t *testing.T) {
+		require.Equal(t, "1", strings.TrimSpace(g.sh("nproc")))
+		g.write(biosVM(1, 2, "1Gi", ""))
+		g.waitSh(time.Minute, "nproc", "2")
+		g.waitStatus(0, 30*time.Second, "2 CPUs", func(s runner.Status) bool { return s.CPUs == 2 })
+		from := g.rec.count()
+		g.write(biosVM(1, 1, "1Gi", ""))
+		g.waitSh(time.Minute, "nproc", "1")
+		g.waitStatus(from, 30*time.Second, "1 CPU", func(s runner.Status) bool { return s.CPUs == 1 })
+	})
+
+	t.Run("the balloon changes the guest's RAM", func(t *testing.T) {
+		memTotal := func() int {
+			out := g.sh("awk '/^MemTotal:/ {print $2}' /proc/meminfo")
+			kib, err := strconv.Atoi(strings.TrimSpace(out))
+			require.NoError(t, err, out)
+			return kib >> 10
+		}
+		full := memTotal()
+		require.Greater(t, full, 900, "MiB with 1Gi")
+		g.write(biosVM(1, 1, "512Mi", ""))
+		eventually.Within(t, time.Minute, func() string {
+			if m := memTotal(); m > 530 {
+				return fmt.Sprintf("the guest has %d MiB", m)
+			}
+			return ""
+		})
+		g.write(biosVM(1, 1, "1Gi", ""))
+		eventually.Within(t, time.Minute, func() string {
+			if m := memTotal(); m < full-10 {
+				return fmt.Sprintf("the guest has %d MiB, had %d", m, full)
+			}
+			return ""
+		})
+	})
+
+	t.Run("a CD inserted live is readable; eject waits for the guest to unmount it", func(t *testing.T) {
+		mon := g.monitor()
+		ctx := t.Context()
+		g.write(biosVM(1, 1, "1Gi", "ISO"))
+		g.waitSh(time.Minute, "mkdir -p /mnt/cd && mount -o ro /dev/sr0 /mnt/cd && cat /mnt/cd/hello.txt", "hello from the CD")
+
+		g.write(biosVM(1, 1, "1Gi", ""))
+		// The runner asks, the guest (its CD mounted) keeps the tray locked.
+		time.Sleep(3 * cdRetries)
+		file, err := cdMedium(ctx, mon)
+		require.NoError(t, err)
+		require.Equal(t, g.iso, file, "the medium stays while the guest uses it")
+		require.Equal(t, "hello from the CD", strings.TrimSpace(g.sh("cat /mnt/cd/hello.txt")))
+
+		g.sh("umount /mnt/cd")
+		eventually.Within(t, 30*time.Second, func() string {
+			file, err := cdMedium(ctx, mon)
+			if err != nil {
+				return err.Error()
+			}
+			if file != "" {
+				return "still in the drive: " + file
+			}
+			return ""
+		})
+		require.Contains(t, g.runnerLog(), "CD change waits for the guest to release the tray")
+	})
+
+	t.Run("stop shuts down through the agent, cleanly", func(t *testing.T) {
+		// Not synced: a clean shutdown writes it out.
+		g.sh("echo before-stop > /var/lib/vmop-marker")
+		err, took := g.stop()
+		require.NoError(t, err, "the guest shut down by itself")
+		t.Logf("agent shutdown to runner exit: %.1f s", took.Seconds())
+		require.Contains(t, g.runnerLog(), "Asked the guest agent to shut down")
+		require.NoError(t, debianguest.CheckFS(g.disk))
+		marker, err := debianguest.ReadFile(g.disk, "/var/lib/vmop-marker")
+		require.NoError(t, err)
+		require.Equal(t, "before-stop\n", marker)
+	})
+	if t.Failed() {
+		return
+	}
+
+	g.write(biosVM(2, 1, "1Gi", ""))
+	g.start()
+	t.Run("changed user-data runs cloud-init again", func(t *testing.T) {
+		g.booted()
+		g.cloudInitDone()
+		t.Logf("second boot: cloud-init done %.1f s after the runner started", time.Since(g.started).Seconds())
+		require.Equal(t, "round 1\nround 2", strings.TrimSpace(g.sh("cat /var/lib/vmop-runcmd")))
+		require.Equal(t, "before-stop", strings.TrimSpace(g.sh("cat /var/lib/vmop-marker")))
+		ids := strings.Fields(g.sh("ls /var/lib/cloud/instances"))
+		require.Len(t, ids, 2, "an instance per user-data")
+	})
+
+	t.Run("the journal shows the first boot's clean shutdown", func(t *testing.T) {
+		prev := g.sh("journalctl -b -1 --no-pager -o cat")
+		t.Logf("end of the previous boot's journal:\n%s", tail(prev, 8))
+		require.Contains(t, prev, "System is powering down")
+		require.NotContains(t, g.sh("journalctl -b 0 --no-pager -o cat"), "uncleanly shut down")
+	})
+
+	t.Run("stop shuts down through ACPI without an agent", func(t *testing.T) {
+		from := g.rec.count()
+		g.sh("systemd-run --on-active=1 systemctl stop qemu-guest-agent.service")
+		g.waitStatus(from, 30*time.Second, "the agent gone", func(s runner.Status) bool { return !s.Booted })
+		// The agent's socket no longer answers: the guest has nobody on it.
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		_, err := guestagent.Dial(ctx, g.runtime+"/guest-agent.sock")
+		require.Error(t, err)
+		err, took := g.stop()
+		require.NoError(t, err, "the guest shut down by itself")
+		t.Logf("ACPI shutdown to runner exit: %.1f s", took.Seconds())
+		require.Contains(t, g.runnerLog(), "Sent the ACPI power button")
+		require.NoError(t, debianguest.CheckFS(g.disk))
+	})
+}
+
+// cdRetries is the runner's interval between asks for a CD's tray.
+const cdRetries = 2 * time.Second
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,152 @@
+package debian_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"image"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/internal/debianguest"
+	"github.com/vmop/vmop/internal/eventually"
+	"github.com/vmop/vmop/internal/xscreen"
+	"github.com/vmop/vmop/pkg/cmd/console"
+	"github.com/vmop/vmop/pkg/qmp"
+)
+
+const uefiConfig = `"/Runner":
+  dataDir: DIR/data
+  runtimeDir: DIR/run
+  cloudInit:
+    metaData: {local-hostname: deb-uefi}
+  vm:
+    name: deb-uefi
+    accelerator: tcg
+    firmware: uefi
+    useTpm: true
+    powerdownTimeout: 60
+    maximumCpus: 1
+    currentCpus: 1
+    maximumRam: 1Gi
+    currentRam: 1Gi
+    drives:
+    - type: raw
+      resource: DISK
+    display:
+      spice: {port: SPICEPORT}
+`
+
+// sealed is the persistent handle of the TPM object the test seals.
+const sealed = "0x81010001"
+
+// TestDebianUEFI boots the same disk with OVMF and a TPM (swtpm), looks at
+// the display through a SPICE viewer, seals a value in the TPM, and boots
+// again to unseal it.
+func TestDebianUEFI(t *testing.T) {
+	g := newGuest(t)
+	g.write(uefiConfig)
+	g.start()
+	secret := make([]byte, 16)
+	_, _ = rand.Read(secret)
+	value := hex.EncodeToString(secret)
+
+	t.Run("boots with UEFI and sees a TPM 2.0", func(t *testing.T) {
+		g.booted()
+		t.Logf("agent info %.1f s after the runner started", time.Since(g.started).Seconds())
+		g.sh("test -d /sys/firmware/efi")
+		g.sh("test -c /dev/tpm0 && test -c /dev/tpmrm0")
+		require.Equal(t, "2", strings.TrimSpace(g.sh("cat /sys/class/tpm/tpm0/tpm_version_major")))
+	})
+
+	t.Run("SPICE shows the display; vdagent is connected", func(t *testing.T) {
+		mon := g.monitor()
+		g.waitSh(time.Minute, "systemctl is-active spice-vdagentd", "active")
+		eventually.Within(t, 30*time.Second, func() string {
+			open, err := frontendOpen(t.Context(), mon, "vdagent")
+			if err != nil {
+				return err.Error()
+			}
+			if !open {
+				return "the guest has not opened the vdagent port"
+			}
+			return ""
+		})
+		xscreen.Start(t)
+		viewer := exec.Command(console.Viewer, fmt.Sprintf("spice://127.0.0.1:%d", g.spicePort))
+		viewer.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		require.NoError(t, viewer.Start())
+		defer func() {
+			_ = viewer.Process.Kill()
+			_ = viewer.Wait()
+		}()
+		var img *image.RGBA
+		eventually.Within(t, time.Minute, func() string {
+			info, err := mon.QuerySpice(t.Context())
+			if err != nil {
+				return err.Error()
+			}
+			if !slices.ContainsFunc(info.Channels, func(c qmp.SpiceChannel) bool { return c.ChannelType == qmp.SpiceChannelDisplay }) {
+				return "no SPICE display channel connected"
+			}
+			if img, err = xscreen.Shot(); err != nil {
+				return err.Error()
+			}
+			if err := xscreen.ShowsGuest(img); err != nil {
+				return err.Error()
+			}
+			return ""
+		})
+		xscreen.Save(t, img, "debian-uefi.png")
+	})
+
+	t.Run("a value sealed in the TPM", func(t *testing.T) {
+		g.sh("cd /root && tpm2_createprimary -Q -C o -c primary.ctx && " +
+			"printf " + value + " | tpm2_create -Q -C primary.ctx -i - -u seal.pub -r seal.priv && " +
+			"tpm2_load -Q -C primary.ctx -u seal.pub -r seal.priv -c seal.ctx && " +
+			"tpm2_evictcontrol -Q -C o -c seal.ctx " + sealed)
+		require.Equal(t, value, g.sh("tpm2_unseal -c "+sealed))
+		err, took := g.stop()
+		require.NoError(t, err)
+		t.Logf("agent shutdown to runner exit: %.1f s", took.Seconds())
+		require.NoError(t, debianguest.CheckFS(g.disk))
+		require.FileExists(t, g.dir+"/data/fw-vars.fd", "the VM's UEFI variables are kept")
+	})
+	if t.Failed() {
+		return
+	}
+
+	g.start()
+	t.Run("is unsealed after a restart", func(t *testing.T) {
+		g.booted()
+		g.sh("test -d /sys/firmware/efi")
+		require.Equal(t, value, g.sh("tpm2_unseal -c "+sealed), "the TPM state persists in the data directory")
+		err, _ := g.stop()
+		require.NoError(t, err)
+	})
+}
+
+// frontendOpen tells whether the guest has opened the device of a chardev
+// (for a virtio-serial port: a program in the guest holds it open).
+func frontendOpen(ctx context.Context, mon *qmp.Monitor, label string) (bool, error) {
+	var devs []struct {
+		Label        string `json:"label"`
+		FrontendOpen bool   `json:"frontend-open"`
+	}
+	if err := mon.Execute(ctx, "query-chardev", nil, &devs); err != nil {
+		return false, err
+	}
+	for _, d := range devs {
+		if d.Label == label {
+			return d.FrontendOpen, nil
+		}
+	}
+	return false, fmt.Errorf("no chardev %s", label)
+}
