@@ -5,7 +5,9 @@
 #
 #   hack/debian-guest.sh OUT.raw
 #
-# Root (mmdebstrap's root mode). Inside: the cloud kernel, systemd,
+# Root (mmdebstrap's root mode). Inside: Debian's generic kernel (the cloud
+# kernel has no AHCI or CD-ROM driver: the VM's CD drives would be
+# missing), without the modules of hardware no VM has; systemd,
 # cloud-init (NoCloud only), qemu-guest-agent, OpenSSH, spice-vdagent,
 # tpm2-tools, and a udev rule that onlines hot-plugged CPUs. The guest
 # sends nothing off its host: no NTP client, no package updates, no network
@@ -26,7 +28,8 @@ root_fsuuid=6d0b7d43-7a4e-4b0c-9a8a-0000000000f3
 esp_volid=0D0B7D43
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/debian-guest.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# --one-file-system: never into what an interrupted mmdebstrap left mounted
+trap 'rm -rf --one-file-system "$work"' EXIT
 root=$work/root
 
 # The mirror the host's apt uses (the only network these machines reach).
@@ -37,8 +40,9 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 mmdebstrap --mode=root --variant=apt --format=directory \
 	--aptopt='APT::Install-Recommends "false"' \
-	--include=linux-image-cloud-amd64,initramfs-tools,systemd-sysv,udev,dbus,e2fsprogs,cloud-init,cloud-guest-utils,qemu-guest-agent,openssh-server,sudo,spice-vdagent,tpm2-tools,iproute2,util-linux,locales \
+	--include=linux-image-amd64,initramfs-tools,systemd-sysv,udev,dbus,e2fsprogs,cloud-init,cloud-guest-utils,qemu-guest-agent,openssh-server,sudo,spice-vdagent,tpm2-tools,iproute2,util-linux,locales \
 	--customize-hook='chroot "$1" systemctl enable systemd-networkd' \
+	--customize-hook='for d in "$1"/lib/modules/*/kernel; do rm -rf "$d"/sound "$d"/drivers/media "$d"/drivers/net/wireless "$d"/drivers/infiniband "$d"/drivers/staging "$d"/drivers/bluetooth "$d"/drivers/isdn "$d"/drivers/gpu/drm/amd "$d"/drivers/gpu/drm/nouveau "$d"/drivers/gpu/drm/radeon "$d"/drivers/gpu/drm/i915 "$d"/net/wireless "$d"/net/mac80211 "$d"/net/bluetooth; chroot "$1" depmod -a "$(basename "$(dirname "$d")")"; done' \
 	--customize-hook='chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer' \
 	bookworm "$root" "$mirror" >&2
 
@@ -56,6 +60,12 @@ mkdir -p "$root/var/log/journal" # a persistent journal: the tests read the prev
 # page names this rule).
 cat >"$root/etc/udev/rules.d/80-hotplug-cpu.rules" <<'EOF'
 SUBSYSTEM=="cpu", ACTION=="add", TEST=="online", ATTR{online}=="0", ATTR{online}="1"
+EOF
+# spice-vdagentd is socket-activated by a desktop session's agent; start it
+# with its port (a VM with a SPICE display), so that it is there for a
+# session and the host sees the agent.
+cat >"$root/etc/udev/rules.d/80-spice-vdagentd.rules" <<'EOF'
+ACTION=="add", SUBSYSTEM=="virtio-ports", ATTR{name}=="com.redhat.spice.0", TAG+="systemd", ENV{SYSTEMD_WANTS}+="spice-vdagentd.service"
 EOF
 # systemd-networkd-wait-online waits 2 minutes for a link that nobody
 # configures (a VM without a NIC, or with one cloud-init leaves alone),
