@@ -242,21 +242,27 @@ func (g *guest) monitor() *qmp.Monitor {
 	return mon
 }
 
-// cdMedium is the file in the first CD drive, "" when empty.
-func cdMedium(ctx context.Context, mon *qmp.Monitor) (string, error) {
+// cdDrive is qemu's view of the first CD drive.
+func cdDrive(ctx context.Context, mon *qmp.Monitor) (qmp.BlockInfo, error) {
 	blocks, err := mon.QueryBlock(ctx)
 	if err != nil {
-		return "", err
+		return qmp.BlockInfo{}, err
 	}
 	for _, b := range blocks {
 		if b.Device == runner.CDROMID(0)+"-drive" {
-			if b.Inserted == nil {
-				return "", nil
-			}
-			return b.Inserted.File, nil
+			return b, nil
 		}
 	}
-	return "", errors.New("no CD drive")
+	return qmp.BlockInfo{}, errors.New("no CD drive")
+}
+
+// cdMedium is the file in the first CD drive, "" when empty.
+func cdMedium(ctx context.Context, mon *qmp.Monitor) (string, error) {
+	b, err := cdDrive(ctx, mon)
+	if err != nil || b.Inserted == nil {
+		return "", err
+	}
+	return b.Inserted.File, nil
 }
 
 // recorder is a runner.Reporter that keeps every status.

@@ -1,7 +1,6 @@
 package debian_test
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -66,19 +65,11 @@ func TestDebianUEFI(t *testing.T) {
 		require.Equal(t, "2", strings.TrimSpace(g.sh("cat /sys/class/tpm/tpm0/tpm_version_major")))
 	})
 
-	t.Run("SPICE shows the display; vdagent is connected", func(t *testing.T) {
+	// spice-vdagentd runs (started with its port), but opens the port only
+	// for a desktop session's agent: a text console has none.
+	t.Run("SPICE shows the display, with vdagentd in the guest", func(t *testing.T) {
 		mon := g.monitor()
 		g.waitSh(time.Minute, "systemctl is-active spice-vdagentd", "active")
-		eventually.Within(t, 30*time.Second, func() string {
-			open, err := frontendOpen(t.Context(), mon, "vdagent")
-			if err != nil {
-				return err.Error()
-			}
-			if !open {
-				return "the guest has not opened the vdagent port"
-			}
-			return ""
-		})
 		xscreen.Start(t)
 		viewer := exec.Command(console.Viewer, fmt.Sprintf("spice://127.0.0.1:%d", g.spicePort))
 		viewer.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -131,22 +122,4 @@ func TestDebianUEFI(t *testing.T) {
 		err, _ := g.stop()
 		require.NoError(t, err)
 	})
-}
-
-// frontendOpen tells whether the guest has opened the device of a chardev
-// (for a virtio-serial port: a program in the guest holds it open).
-func frontendOpen(ctx context.Context, mon *qmp.Monitor, label string) (bool, error) {
-	var devs []struct {
-		Label        string `json:"label"`
-		FrontendOpen bool   `json:"frontend-open"`
-	}
-	if err := mon.Execute(ctx, "query-chardev", nil, &devs); err != nil {
-		return false, err
-	}
-	for _, d := range devs {
-		if d.Label == label {
-			return d.FrontendOpen, nil
-		}
-	}
-	return false, fmt.Errorf("no chardev %s", label)
 }
