@@ -52,6 +52,11 @@ const IgnoreACPI = "testguest.ignore_acpi=1"
 // guest-shutdown by powering off and prints AgentLine when it listens.
 const Agent = "testguest.agent=1"
 
+// DeafAgent starts the stand-in agent of Agent, which answers
+// guest-sync-delimited but does nothing on guest-shutdown, as an agent
+// being stopped in the guest may.
+const DeafAgent = "testguest.agent=deaf"
+
 // AgentLine is printed once the stand-in agent has opened its port.
 const AgentLine = "TESTGUEST AGENT"
 

@@ -181,6 +181,22 @@ func TestGuestAgentShutdown(t *testing.T) {
 	require.Contains(t, string(log), "The guest shut down cleanly")
 }
 
+// TestGuestAgentTakesShutdownButGuestStays: an agent that answers but
+// does not shut the guest down; the runner presses the ACPI power button
+// after a while, long before powerdownTimeout.
+func TestGuestAgentTakesShutdownButGuestStays(t *testing.T) {
+	v := newGuestVM(t, guestVM, testguest.DeafAgent)
+	v.boot()
+	v.waitConsole(testguest.AgentLine, 30*time.Second)
+	time.Sleep(200 * time.Millisecond) // the runner sees the port open (VSERPORT_CHANGE)
+	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, runner.ExitClean, v.wait(60*time.Second), "shut down by ACPI within powerdownTimeout (120 s)")
+	log, _ := os.ReadFile(v.output)
+	require.Contains(t, string(log), "Asked the guest agent to shut down")
+	require.Contains(t, string(log), "The guest still runs after its agent took the shutdown")
+	require.Contains(t, string(log), "Sent the ACPI power button")
+}
+
 // TestGuestLockedTray: a guest that holds its CD drive has the tray
 // locked; a medium change waits until the guest releases the drive.
 func TestGuestLockedTray(t *testing.T) {

@@ -20,6 +20,10 @@ const (
 	reloadDelay = 20 * time.Millisecond
 	// quitGrace is how long qemu gets to quit before it is killed.
 	quitGrace = 5 * time.Second
+	// agentShutdownGrace is how long a guest whose agent took the
+	// shutdown may take to go down before the runner also presses the ACPI
+	// power button (a Debian guest under TCG: 2-5 s).
+	agentShutdownGrace = 20 * time.Second
 	// cdRetry is how often a CD change that waits for the guest's tray
 	// asks again.
 	cdRetry = 2 * time.Second
@@ -50,6 +54,7 @@ func (r *Runner) loop(ctx context.Context) error {
 		stopping               bool
 		stopStarted            time.Time
 		stopTimer, killTimer   <-chan time.Time
+		acpiLater              <-chan time.Time
 		guestShutdown, forced  bool
 		stopTimerT, killTimerT *time.Timer
 	)
@@ -71,8 +76,18 @@ func (r *Runner) loop(ctx context.Context) error {
 			r.ready.Store(false)
 			r.status.Running = false
 			r.report(bg)
-			r.askGuestToStop(bg)
+			if r.askGuestToStop(bg) {
+				// An agent can take the request and the guest still not go
+				// down (the agent was being stopped, shutdown failed):
+				// the power button too, later. A guest already shutting
+				// down ignores it.
+				acpiLater = time.After(agentShutdownGrace)
+			}
 			armStop()
+		case <-acpiLater:
+			acpiLater = nil
+			r.log.Warn("The guest still runs after its agent took the shutdown", "after", agentShutdownGrace)
+			r.pressPowerButton(bg)
 		case <-stopTimer:
 			stopTimer = nil
 			forced = true
@@ -161,16 +176,22 @@ func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced, stopping 
 
 // askGuestToStop asks the guest to shut down: through the guest agent when
 // it is connected (works without ACPI), else with the ACPI power button.
-func (r *Runner) askGuestToStop(ctx context.Context) {
+// It tells whether the agent took the request.
+func (r *Runner) askGuestToStop(ctx context.Context) (byAgent bool) {
 	r.guest.stop()
 	if r.live.agentConnected {
 		if err := agentShutdown(ctx, r.machine.GuestAgentSocket); err == nil {
 			r.log.Info("Asked the guest agent to shut down", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
-			return
+			return true
 		} else {
 			r.log.Warn("The guest agent did not take the shutdown; trying ACPI", "err", err)
 		}
 	}
+	r.pressPowerButton(ctx)
+	return false
+}
+
+func (r *Runner) pressPowerButton(ctx context.Context) {
 	if err := r.mon.SystemPowerdown(ctx); err != nil {
 		r.log.Error("system_powerdown", "err", err)
 		return

@@ -239,7 +239,9 @@ func TestDebianBIOS(t *testing.T) {
 
 	t.Run("stop shuts down through ACPI without an agent", func(t *testing.T) {
 		from := g.rec.count()
-		g.sh("systemd-run --on-active=1 systemctl stop qemu-guest-agent.service")
+		// Later, so that the agent first answers this exec; timers are late
+		// by up to a minute unless told otherwise.
+		g.sh("systemd-run --on-active=1 --timer-property=AccuracySec=100ms systemctl stop qemu-guest-agent.service")
 		g.waitStatus(from, 30*time.Second, "the agent gone", func(s runner.Status) bool { return !s.Booted })
 		// The agent's socket no longer answers: the guest has nobody on it.
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
