@@ -63,5 +63,3 @@ func (e *env) testViewer(t *testing.T, name string) {
 		t.Fatal("the command did not end with its viewer")
 	}
 }
-
-
