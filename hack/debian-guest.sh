@@ -7,7 +7,9 @@
 #
 # Root (mmdebstrap's root mode). Inside: Debian's generic kernel (the cloud
 # kernel has no AHCI or CD-ROM driver: the VM's CD drives would be
-# missing), without the modules of hardware no VM has; systemd,
+# missing), without the modules of hardware no VM has (NICs but virtio,
+# SCSI HBAs, sound, GPUs, wireless) and of file systems it does not use,
+# and without documentation; systemd,
 # cloud-init (NoCloud only), qemu-guest-agent, OpenSSH, spice-vdagent,
 # tpm2-tools, and a udev rule that onlines hot-plugged CPUs. The guest
 # sends nothing off its host: no NTP client, no package updates, no network
@@ -42,7 +44,15 @@ mmdebstrap --mode=root --variant=apt --format=directory \
 	--aptopt='APT::Install-Recommends "false"' \
 	--include=linux-image-amd64,initramfs-tools,systemd-sysv,udev,dbus,e2fsprogs,cloud-init,cloud-guest-utils,qemu-guest-agent,openssh-server,sudo,spice-vdagent,tpm2-tools,iproute2,util-linux,locales \
 	--customize-hook='chroot "$1" systemctl enable systemd-networkd' \
-	--customize-hook='for d in "$1"/lib/modules/*/kernel; do rm -rf "$d"/sound "$d"/drivers/media "$d"/drivers/net/wireless "$d"/drivers/infiniband "$d"/drivers/staging "$d"/drivers/bluetooth "$d"/drivers/isdn "$d"/drivers/gpu/drm/amd "$d"/drivers/gpu/drm/nouveau "$d"/drivers/gpu/drm/radeon "$d"/drivers/gpu/drm/i915 "$d"/net/wireless "$d"/net/mac80211 "$d"/net/bluetooth; chroot "$1" depmod -a "$(basename "$(dirname "$d")")"; done' \
+	--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+	--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+	--customize-hook='for d in "$1"/lib/modules/*/kernel; do
+		(cd "$d" && rm -rf sound drivers/media drivers/net/wireless drivers/net/ethernet drivers/infiniband drivers/staging \
+			drivers/bluetooth drivers/isdn drivers/iio drivers/gpu/drm/amd drivers/gpu/drm/nouveau drivers/gpu/drm/radeon \
+			drivers/gpu/drm/i915 drivers/scsi/*/ net/wireless net/mac80211 net/bluetooth \
+			fs/btrfs fs/xfs fs/ocfs2 fs/gfs2 fs/ceph fs/nfs fs/nfsd fs/smb fs/jfs fs/nilfs2 fs/f2fs fs/ubifs fs/reiserfs)
+		chroot "$1" depmod -a "$(basename "$(dirname "$d")")"
+	done' \
 	--customize-hook='chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer' \
 	bookworm "$root" "$mirror" >&2
 
@@ -62,8 +72,7 @@ cat >"$root/etc/udev/rules.d/80-hotplug-cpu.rules" <<'EOF'
 SUBSYSTEM=="cpu", ACTION=="add", TEST=="online", ATTR{online}=="0", ATTR{online}="1"
 EOF
 # spice-vdagentd is socket-activated by a desktop session's agent; start it
-# with its port (a VM with a SPICE display), so that it is there for a
-# session and the host sees the agent.
+# with its port (a VM with a SPICE display), so that it runs before one.
 cat >"$root/etc/udev/rules.d/80-spice-vdagentd.rules" <<'EOF'
 ACTION=="add", SUBSYSTEM=="virtio-ports", ATTR{name}=="com.redhat.spice.0", TAG+="systemd", ENV{SYSTEMD_WANTS}+="spice-vdagentd.service"
 EOF
