@@ -68,6 +68,7 @@ func biosVM(round, cpus int, ram, cd string) string {
 // shutdown through the agent; the second, with changed user-data, checks
 // that cloud-init ran again and nothing was lost, and ends with ACPI.
 func TestDebianBIOS(t *testing.T) {
+	t.Parallel() // each guest keeps about one core busy; the machine has two
 	g := newGuest(t)
 	g.write(biosVM(1, 1, "1Gi", ""))
 	g.start()
@@ -252,6 +253,7 @@ func TestDebianBIOS(t *testing.T) {
 		require.NoError(t, err, "the guest shut down by itself")
 		t.Logf("ACPI shutdown to runner exit: %.1f s", took.Seconds())
 		require.Contains(t, g.runnerLog(), "Sent the ACPI power button")
+		require.NotContains(t, g.runnerLog(), "Asked the guest agent")
 		require.NoError(t, debianguest.CheckFS(g.disk))
 	})
 }

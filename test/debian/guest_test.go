@@ -5,7 +5,8 @@
 //
 // Booting takes about a minute under TCG, so each test boots a guest once
 // and runs its checks on it in order; only what needs a new boot (data
-// across a shutdown, changed cloud-init data, TPM state) boots again.
+// across a shutdown, changed cloud-init data, TPM state) boots again. The
+// two tests run side by side.
 package debian_test
 
 import (

@@ -50,6 +50,7 @@ const sealed = "0x81010001"
 // the display through a SPICE viewer, seals a value in the TPM, and boots
 // again to unseal it.
 func TestDebianUEFI(t *testing.T) {
+	t.Parallel() // each guest keeps about one core busy; the machine has two
 	g := newGuest(t)
 	g.write(uefiConfig)
 	g.start()
