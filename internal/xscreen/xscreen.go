@@ -20,22 +20,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Start runs a virtual X screen until the test ends and sets DISPLAY to
-// it. It fails the test when Xvfb or xwd is missing.
-func Start(t *testing.T) {
+// Start runs a virtual X screen until the test ends and returns its
+// DISPLAY. It fails the test when Xvfb or xwd is missing.
+func Start(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"Xvfb", "xwd"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s not found: run make deps", tool)
 		}
 	}
-	t.Setenv("DISPLAY", startXvfb(t))
-	t.Setenv("NO_AT_BRIDGE", "1") // no accessibility bus here
+	return startXvfb(t)
 }
 
-// Shot takes a screenshot of the whole screen.
-func Shot() (*image.RGBA, error) {
-	b, err := exec.Command("xwd", "-root", "-silent").Output()
+// Env is what a viewer on display needs in its environment, as KEY=value.
+func Env(display string) []string {
+	return []string{"DISPLAY=" + display, "NO_AT_BRIDGE=1"} // no accessibility bus here
+}
+
+// Shot takes a screenshot of the whole screen of display.
+func Shot(display string) (*image.RGBA, error) {
+	b, err := exec.Command("xwd", "-root", "-silent", "-display", display).Output()
 	if err != nil {
 		return nil, err
 	}

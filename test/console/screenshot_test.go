@@ -6,6 +6,7 @@ import (
 	"image"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +24,11 @@ func (e *env) testViewer(t *testing.T, name string) {
 	if _, err := exec.LookPath(console.Viewer); err != nil {
 		t.Fatalf("%s not found: run make deps", console.Viewer)
 	}
-	xscreen.Start(t)
+	display := xscreen.Start(t)
+	for _, kv := range xscreen.Env(display) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	var stderr string
@@ -48,7 +53,7 @@ func (e *env) testViewer(t *testing.T, name string) {
 		if !slices.ContainsFunc(info.Channels, func(c qmp.SpiceChannel) bool { return c.ChannelType == qmp.SpiceChannelDisplay }) {
 			return errors.New("no SPICE display channel connected")
 		}
-		if img, err = xscreen.Shot(); err != nil {
+		if img, err = xscreen.Shot(display); err != nil {
 			return err
 		}
 		return xscreen.ShowsGuest(img)

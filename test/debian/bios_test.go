@@ -68,7 +68,6 @@ func biosVM(round, cpus int, ram, cd string) string {
 // shutdown through the agent; the second, with changed user-data, checks
 // that cloud-init ran again and nothing was lost, and ends with ACPI.
 func TestDebianBIOS(t *testing.T) {
-	t.Parallel() // each guest keeps about one core busy; the machine has two
 	g := newGuest(t)
 	g.write(biosVM(1, 1, "1Gi", ""))
 	g.start()

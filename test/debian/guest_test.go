@@ -6,7 +6,8 @@
 // Booting takes about a minute under TCG, so each test boots a guest once
 // and runs its checks on it in order; only what needs a new boot (data
 // across a shutdown, changed cloud-init data, TPM state) boots again. The
-// two tests run side by side.
+// two tests run one after the other: side by side, with the other test
+// packages on two cores, the test cluster's API server fell behind.
 package debian_test
 
 import (

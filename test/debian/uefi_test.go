@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"image"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -50,7 +51,6 @@ const sealed = "0x81010001"
 // the display through a SPICE viewer, seals a value in the TPM, and boots
 // again to unseal it.
 func TestDebianUEFI(t *testing.T) {
-	t.Parallel() // each guest keeps about one core busy; the machine has two
 	g := newGuest(t)
 	g.write(uefiConfig)
 	g.start()
@@ -71,8 +71,9 @@ func TestDebianUEFI(t *testing.T) {
 	t.Run("SPICE shows the display, with vdagentd in the guest", func(t *testing.T) {
 		mon := g.monitor()
 		g.waitSh(time.Minute, "systemctl is-active spice-vdagentd", "active")
-		xscreen.Start(t)
+		display := xscreen.Start(t)
 		viewer := exec.Command(console.Viewer, fmt.Sprintf("spice://127.0.0.1:%d", g.spicePort))
+		viewer.Env = append(os.Environ(), xscreen.Env(display)...)
 		viewer.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(t, viewer.Start())
 		defer func() {
@@ -88,7 +89,7 @@ func TestDebianUEFI(t *testing.T) {
 			if !slices.ContainsFunc(info.Channels, func(c qmp.SpiceChannel) bool { return c.ChannelType == qmp.SpiceChannelDisplay }) {
 				return "no SPICE display channel connected"
 			}
-			if img, err = xscreen.Shot(); err != nil {
+			if img, err = xscreen.Shot(display); err != nil {
 				return err.Error()
 			}
 			if err := xscreen.ShowsGuest(img); err != nil {
