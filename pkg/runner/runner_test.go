@@ -8,9 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/internal/spicetest"
+	"github.com/vmop/vmop/internal/statusrecorder"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/templates"
@@ -462,31 +461,6 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-// statusRecorder is a Reporter that keeps every status.
-type statusRecorder struct {
-	mu       sync.Mutex
-	statuses []runner.Status
-}
-
-func (r *statusRecorder) Report(_ context.Context, s runner.Status) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.statuses = append(r.statuses, s)
-}
-func (*statusRecorder) SetStopped(context.Context) error { return nil }
-
-func (r *statusRecorder) last() runner.Status {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.statuses[len(r.statuses)-1]
-}
-
-func (r *statusRecorder) seen(f func(runner.Status) bool) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.ContainsFunc(r.statuses, f)
-}
-
 // TestStatusReports: what the runner observes reaches its Reporter: the
 // VM running, CPUs, the password serial, and a SPICE client connecting
 // and leaving.
@@ -495,7 +469,7 @@ func TestStatusReports(t *testing.T) {
 	v.writeFile("display-password", "pw")
 	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")}})
 	require.NoError(t, err)
-	rec := &statusRecorder{}
+	rec := &statusrecorder.Recorder{}
 	r.UseReporter(rec)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -507,10 +481,10 @@ func TestStatusReports(t *testing.T) {
 	eventually(t, 30*time.Second, func() error {
 		// No guest driver takes the balloon's RAM: the guest has all of it,
 		// and says so without a BALLOON_CHANGE event.
-		if !rec.seen(func(s runner.Status) bool {
+		if _, ok := rec.Find(0, func(s runner.Status) bool {
 			return s.Running && s.CPUs == 1 && s.RAM == 256<<20 && s.DisplayPasswordSerial == 1 &&
 				(s.Accelerator == "kvm" || s.Accelerator == "tcg")
-		}) {
+		}); !ok {
 			return errors.New("no running status with 1 CPU, 256 MiB, password serial 1 and an accelerator")
 		}
 		return nil
@@ -519,14 +493,14 @@ func TestStatusReports(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	eventually(t, 10*time.Second, func() error {
-		if !rec.seen(func(s runner.Status) bool { return s.ConsoleClient == "127.0.0.1" }) {
+		if _, ok := rec.Find(0, func(s runner.Status) bool { return s.ConsoleClient == "127.0.0.1" }); !ok {
 			return errors.New("no status with the console client")
 		}
 		return nil
 	})
 	// Login closed its connection.
 	eventually(t, 10*time.Second, func() error {
-		if c := rec.last().ConsoleClient; c != "" {
+		if c := rec.Last().ConsoleClient; c != "" {
 			return fmt.Errorf("console client %q after it left", c)
 		}
 		return nil

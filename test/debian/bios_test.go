@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,7 +105,7 @@ func TestDebianBIOS(t *testing.T) {
 	t.Run("network-config is honoured", func(t *testing.T) {
 		var nic guestagent.Interface
 		eventually.Within(t, time.Minute, func() string {
-			for _, i := range g.rec.last().Guest.Interfaces {
+			for _, i := range g.rec.Last().Guest.Interfaces {
 				if i.HardwareAddress == mac {
 					nic = i
 				}
@@ -116,7 +115,7 @@ func TestDebianBIOS(t *testing.T) {
 					return ""
 				}
 			}
-			return fmt.Sprintf("the agent reports %+v", g.rec.last().Guest.Interfaces)
+			return fmt.Sprintf("the agent reports %+v", g.rec.Last().Guest.Interfaces)
 		})
 		require.Contains(t, g.sh("ip -4 -o addr show dev "+nic.Name), "10.0.2.20/24")
 	})
@@ -126,7 +125,7 @@ func TestDebianBIOS(t *testing.T) {
 		g.write(biosVM(1, 2, "1Gi", ""))
 		g.waitSh(time.Minute, "nproc", "2")
 		g.waitStatus(0, 30*time.Second, "2 CPUs", func(s runner.Status) bool { return s.CPUs == 2 })
-		from := g.rec.count()
+		from := g.rec.Count()
 		g.write(biosVM(1, 1, "1Gi", ""))
 		g.waitSh(time.Minute, "nproc", "1")
 		g.waitStatus(from, 30*time.Second, "1 CPU", func(s runner.Status) bool { return s.CPUs == 1 })
@@ -238,7 +237,7 @@ func TestDebianBIOS(t *testing.T) {
 	})
 
 	t.Run("stop shuts down through ACPI without an agent", func(t *testing.T) {
-		from := g.rec.count()
+		from := g.rec.Count()
 		// Later, so that the agent first answers this exec; timers are late
 		// by up to a minute unless told otherwise.
 		g.sh("systemd-run --on-active=1 --timer-property=AccuracySec=100ms systemctl stop qemu-guest-agent.service")
@@ -255,12 +254,4 @@ func TestDebianBIOS(t *testing.T) {
 		require.NotContains(t, g.runnerLog(), "Asked the guest agent")
 		require.NoError(t, debianguest.CheckFS(g.disk))
 	})
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

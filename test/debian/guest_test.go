@@ -18,9 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +26,8 @@ import (
 
 	"github.com/vmop/vmop/internal/debianguest"
 	"github.com/vmop/vmop/internal/eventually"
+	"github.com/vmop/vmop/internal/statusrecorder"
+	"github.com/vmop/vmop/internal/testcluster"
 	"github.com/vmop/vmop/pkg/guestagent"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runner"
@@ -53,7 +53,7 @@ type guest struct {
 	dir, runtime, disk, iso   string
 	config, templates, output string
 	spicePort                 int
-	rec                       *recorder
+	rec                       *statusrecorder.Recorder
 	cancel                    context.CancelFunc
 	done                      chan error
 	started                   time.Time
@@ -70,8 +70,10 @@ func newGuest(t *testing.T) *guest {
 	dir, err := os.MkdirTemp("", "deb")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	ports, err := testcluster.FreePorts(1)
+	require.NoError(t, err)
 	g := &guest{t: t, dir: dir, runtime: filepath.Join(dir, "run"), config: filepath.Join(dir, "etc", "config.yaml"),
-		templates: filepath.Join(dir, "templates"), spicePort: freePort(t)}
+		templates: filepath.Join(dir, "templates"), spicePort: ports[0]}
 	g.disk = debianguest.Disk(t, dir)
 	for _, d := range []string{"etc", "templates", "iso"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
@@ -106,7 +108,7 @@ func (g *guest) start() {
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r, err := runner.New(runner.Options{ConfigFile: g.config, TemplateDirs: []string{g.templates}, Logger: log, QemuOutput: out})
 	require.NoError(g.t, err)
-	g.rec = &recorder{}
+	g.rec = &statusrecorder.Recorder{}
 	r.UseReporter(g.rec)
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel, g.done, g.started = cancel, make(chan error, 1), time.Now()
@@ -162,7 +164,7 @@ func (g *guest) waitStatus(from int, timeout time.Duration, what string, ok func
 	var s runner.Status
 	eventually.Within(g.t, timeout, func() string {
 		var found bool
-		if s, found = g.rec.find(from, ok); !found {
+		if s, found = g.rec.Find(from, ok); !found {
 			return "no status reported with " + what
 		}
 		return ""
@@ -265,48 +267,6 @@ func cdMedium(ctx context.Context, mon *qmp.Monitor) (string, error) {
 		return "", err
 	}
 	return b.Inserted.File, nil
-}
-
-// recorder is a runner.Reporter that keeps every status.
-type recorder struct {
-	mu       sync.Mutex
-	statuses []runner.Status
-}
-
-func (r *recorder) Report(_ context.Context, s runner.Status) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.statuses = append(r.statuses, s)
-}
-
-func (*recorder) SetStopped(context.Context) error { return nil }
-
-// find returns the first status from report number from on that ok
-// accepts.
-func (r *recorder) find(from int, ok func(runner.Status) bool) (runner.Status, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	i := slices.IndexFunc(r.statuses[min(from, len(r.statuses)):], ok)
-	if i < 0 {
-		return runner.Status{}, false
-	}
-	return r.statuses[from+i], true
-}
-
-// count is the number of reports so far.
-func (r *recorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.statuses)
-}
-
-func (r *recorder) last() runner.Status {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.statuses) == 0 {
-		return runner.Status{}
-	}
-	return r.statuses[len(r.statuses)-1]
 }
 
 func tail(s string, lines int) string {
