@@ -1,8 +1,9 @@
 // Package debianguest provides the tests' real guest: Debian 12 with
 // systemd, cloud-init, qemu-guest-agent, OpenSSH, spice-vdagent and
 // tpm2-tools on a raw disk that boots with BIOS and UEFI. The disk is built
-// by hack/debian-guest.sh (as root: mmdebstrap, ~3-4 minutes) once per
-// machine and kept in the user's cache, keyed by the script's hash.
+// by hack/debian-guest.sh (as root: mmdebstrap, ~4-5 minutes) once per
+// machine and kept in the user's cache (internal/testcache), keyed by the
+// script's hash.
 package debianguest
 
 import (
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/internal/testcache"
 )
 
 // rootOffset is where the root file system starts in the image: the
@@ -94,13 +97,10 @@ func image() (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256(b)
-	dir := cacheDir()
+	dir := testcache.Dir("debianguest")
 	path := filepath.Join(dir, "debian-guest-"+hex.EncodeToString(sum[:8])+".raw")
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
 	}
 	// Test binaries of several packages may want it at once: one builds.
 	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o644)
@@ -161,13 +161,4 @@ func scriptPath() (string, error) {
 		}
 		dir = parent
 	}
-}
-
-// cacheDir is where the image is kept: the user's cache, as the control
-// plane and the test guest.
-func cacheDir() string {
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "vmop")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("vmop-cache-%d", os.Getuid()))
 }

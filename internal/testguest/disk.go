@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vmop/vmop/internal/testcache"
 )
 
 // Boots, on the kernel command line, makes the guest count its boots on
@@ -54,11 +56,11 @@ func disk(g Guest) (string, error) {
 	for _, s := range []string{g.BzImage, g.Initrd, cfg} {
 		h.Write([]byte(s + "\x00"))
 	}
-	path := filepath.Join(cacheDir(), "disk-"+hex.EncodeToString(h.Sum(nil)[:8])+".img")
+	path := filepath.Join(testcache.Dir(cacheName), "disk-"+hex.EncodeToString(h.Sum(nil)[:8])+".img")
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	work, err := os.MkdirTemp(cacheDir(), ".disk-")
+	work, err := os.MkdirTemp(testcache.Dir(cacheName), ".disk-")
 	if err != nil {
 		return "", err
 	}

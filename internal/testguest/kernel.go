@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/vmop/vmop/internal/testcache"
 )
 
 // pvhKernel returns the uncompressed kernel (vmlinux) inside bzImage, cached
@@ -25,7 +27,7 @@ func pvhKernel(bzImage, version string) (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256(bz)
-	path := filepath.Join(cacheDir(), "vmlinux-"+version+"-"+hex.EncodeToString(sum[:8]))
+	path := filepath.Join(testcache.Dir(cacheName), "vmlinux-"+version+"-"+hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}

@@ -34,7 +34,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/vmop/vmop/internal/testcache"
 )
+
+// cacheName is the testcache directory of the guest's kernel, initramfs
+// and disks.
+const cacheName = "testguest"
 
 // Lines the guest prints on its serial console.
 const (
@@ -176,7 +182,7 @@ func build() (Guest, string, error) {
 	// Keyed by content (init script, busybox, modules): a changed script
 	// never boots a stale image, and test binaries share one file.
 	sum := sha256.Sum256(img)
-	path := filepath.Join(cacheDir(), "initramfs-"+kver+"-"+hex.EncodeToString(sum[:8])+".cpio")
+	path := filepath.Join(testcache.Dir(cacheName), "initramfs-"+kver+"-"+hex.EncodeToString(sum[:8])+".cpio")
 	if fi, err := os.Stat(path); err != nil || fi.Size() != int64(len(img)) {
 		if err := writeAtomic(path, img); err != nil {
 			return Guest{}, "", err
@@ -392,20 +398,6 @@ func decompressWith(path, prog string, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("decompress %s with %s: %w: %s", path, prog, err, stderr.String())
 	}
 	return out, nil
-}
-
-// cacheDir is the user's cache, else a per-user temp directory (no HOME in
-// some CI sandboxes).
-func cacheDir() string {
-	if d, err := os.UserCacheDir(); err == nil {
-		d = filepath.Join(d, "vmop", "testguest")
-		if os.MkdirAll(d, 0o755) == nil {
-			return d
-		}
-	}
-	d := filepath.Join(os.TempDir(), fmt.Sprintf("vmop-testguest-%d", os.Getuid()))
-	_ = os.MkdirAll(d, 0o755)
-	return d
 }
 
 // writeAtomic writes via rename: test binaries of several packages may
