@@ -13,7 +13,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -200,14 +199,23 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	var host struct {
 		HostName string `json:"host-name"`
 	}
-	err := errors.Join(
-		c.Do(ctx, "guest-info", nil, &agent),
-		c.Do(ctx, "guest-get-osinfo", nil, &info.OS),
-		c.Do(ctx, "guest-get-host-name", nil, &host),
-		c.Do(ctx, "guest-network-get-interfaces", nil, &info.Interfaces),
-	)
+	// The first error ends it: an agent that does not answer one command
+	// will not answer the next, and each would wait out its timeout.
+	for _, q := range []struct {
+		command string
+		result  any
+	}{
+		{"guest-info", &agent},
+		{"guest-get-osinfo", &info.OS},
+		{"guest-get-host-name", &host},
+		{"guest-network-get-interfaces", &info.Interfaces},
+	} {
+		if err := c.Do(ctx, q.command, nil, q.result); err != nil {
+			return Info{}, err
+		}
+	}
 	info.AgentVersion, info.Hostname = agent.Version, host.HostName
-	return info, err
+	return info, nil
 }
 
 // ExecResult is the end of a program run by Exec.

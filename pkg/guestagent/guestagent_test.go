@@ -20,10 +20,7 @@ import (
 // what an earlier client left unread (a stale answer, a stale sync).
 func fakeAgent(t *testing.T, stale string) string {
 	t.Helper()
-	socket := filepath.Join(t.TempDir(), "ga.sock")
-	l, err := net.Listen("unix", socket)
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
+	l, socket := listen(t)
 	go func() {
 		for {
 			conn, err := l.Accept()
@@ -34,6 +31,17 @@ func fakeAgent(t *testing.T, stale string) string {
 		}
 	}()
 	return socket
+}
+
+// listen listens on a unix socket, as qemu does for the agent's port,
+// until the test ends.
+func listen(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "ga.sock")
+	l, err := net.Listen("unix", socket)
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l, socket
 }
 
 func serve(conn net.Conn, stale string) {
@@ -112,10 +120,7 @@ func TestExecAndErrors(t *testing.T) {
 // A socket nobody answers on (qemu's, with no agent in the guest) makes
 // Dial fail within its context, not hang.
 func TestDialWithoutAgent(t *testing.T) {
-	socket := filepath.Join(t.TempDir(), "ga.sock")
-	l, err := net.Listen("unix", socket)
-	require.NoError(t, err)
-	defer l.Close()
+	l, socket := listen(t)
 	go func() {
 		conn, err := l.Accept()
 		if err == nil {
@@ -125,7 +130,7 @@ func TestDialWithoutAgent(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	_, err = guestagent.Dial(ctx, socket)
+	_, err := guestagent.Dial(ctx, socket)
 	require.Error(t, err)
 }
 
@@ -136,10 +141,7 @@ func FuzzAgentOutput(f *testing.F) {
 	f.Add([]byte("{\"error\": {\"class\": \"GenericError\"}}\xff\xff{"))
 	f.Add([]byte("\xff[1,2]\n{\"return\": [{\"name\": 5}]}"))
 	f.Fuzz(func(t *testing.T, out []byte) {
-		socket := filepath.Join(t.TempDir(), "ga.sock")
-		l, err := net.Listen("unix", socket)
-		require.NoError(t, err)
-		defer l.Close()
+		l, socket := listen(t)
 		go func() {
 			conn, err := l.Accept()
 			if err == nil {

@@ -58,7 +58,11 @@ func (w *guestWatch) start(ctx context.Context, r *Runner) {
 
 func (w *guestWatch) stop() { w.cancel() }
 
+// queryGuest asks the agent what it knows, within one DefaultTimeout for
+// the whole exchange: the socket is the agent's only one.
 func queryGuest(ctx context.Context, socket string) (guestagent.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, guestagent.DefaultTimeout)
+	defer cancel()
 	c, err := guestagent.Dial(ctx, socket)
 	if err != nil {
 		return guestagent.Info{}, err
