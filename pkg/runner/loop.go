@@ -46,8 +46,6 @@ func (r *Runner) loop(ctx context.Context) error {
 	events := r.mon.Events(context.Background())
 	reload := time.NewTimer(time.Hour)
 	reload.Stop()
-	cds := time.NewTicker(cdRetry)
-	defer cds.Stop()
 
 	var (
 		sigterm                = ctx.Done()
@@ -55,6 +53,7 @@ func (r *Runner) loop(ctx context.Context) error {
 		stopStarted            time.Time
 		stopTimer, killTimer   <-chan time.Time
 		acpiLater              <-chan time.Time
+		cdRetryC               <-chan time.Time // armed while a CD change waits for the guest's tray
 		guestShutdown, forced  bool
 		stopTimerT, killTimerT *time.Timer
 	)
@@ -68,6 +67,9 @@ func (r *Runner) loop(ctx context.Context) error {
 	}
 	bg := context.WithoutCancel(ctx)
 	for {
+		if cdRetryC == nil && len(r.live.pendingCDs) > 0 && !stopping {
+			cdRetryC = time.After(cdRetry)
+		}
 		select {
 		case <-sigterm:
 			sigterm = nil
@@ -121,8 +123,9 @@ func (r *Runner) loop(ctx context.Context) error {
 			}
 		case err := <-watcher.Errors:
 			r.log.Error("Watching the config directory", "err", err)
-		case <-cds.C:
-			if len(r.live.pendingCDs) > 0 && !stopping {
+		case <-cdRetryC:
+			cdRetryC = nil
+			if !stopping {
 				r.live.retryCDs(bg)
 			}
 		case info := <-r.guest.infos:

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/guestagent"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmclient"
@@ -198,11 +199,7 @@ func (v *View) Guest() string {
 	if st.GuestAgentVersion == "" {
 		return "<no guest agent connected>"
 	}
-	var os struct {
-		PrettyName    string `json:"pretty-name"`
-		Name          string `json:"name"`
-		KernelRelease string `json:"kernel-release"`
-	}
+	var os guestagent.OSInfo
 	if st.OSInfo != nil {
 		_ = json.Unmarshal(st.OSInfo.Raw, &os)
 	}
