@@ -65,6 +65,7 @@ func testMain(m *testing.M) int {
 type result struct {
 	stdout, stderr string
 	code           int
+	state          *os.ProcessState
 }
 
 // runCmd runs name with args, stdin, and an environment where PATH starts
@@ -77,13 +78,19 @@ func runCmd(t *testing.T, stdin, dir, name string, args ...string) result {
 // runCmdEnv is runCmd with env added to (and overriding) that environment.
 func runCmdEnv(t *testing.T, env []string, stdin, dir, name string, args ...string) result {
 	t.Helper()
+	return runReader(t, env, strings.NewReader(stdin), dir, name, args...)
+}
+
+// runReader is runCmdEnv with stdin read from a reader.
+func runReader(t *testing.T, env []string, stdin io.Reader, dir, name string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(),
 		"PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"KUBECONFIG="+filepath.Join(t.TempDir(), "no-kubeconfig"),
 	), env...)
-	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -94,7 +101,7 @@ func runCmdEnv(t *testing.T, env []string, stdin, dir, name string, args ...stri
 	} else if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code, state: cmd.ProcessState}
 }
 
 func kubectl(t *testing.T) string {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/runnerexit"
 	"github.com/vmop/vmop/pkg/runnerstatus"
 	"github.com/vmop/vmop/pkg/version"
 )
@@ -26,31 +27,34 @@ func main() {
 
 func run() int {
 	args := os.Args[1:]
-	probe := len(args) > 0 && args[0] == "probe"
-	if probe {
-		args = args[1:]
+	sub := ""
+	if len(args) > 0 && (args[0] == "probe" || args[0] == "check") {
+		sub, args = args[0], args[1:]
 	}
 	flags := pflag.NewFlagSet("vm-runner", pflag.ContinueOnError)
 	flags.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: vm-runner [-c config.yaml] [flags]\n       vm-runner probe [-c config.yaml]   (exit 0 while the VM runs)\n\nFlags:\n%s", flags.FlagUsages())
+		fmt.Fprintf(os.Stderr, "Usage: vm-runner [-c config.yaml] [flags]\n"+
+			"       vm-runner probe [-c config.yaml]   (exit 0 while the VM runs)\n"+
+			"       vm-runner check [-c config.yaml]   (start qemu paused with the config, apply it, quit: exit 0 when qemu accepts the VM)\n\nFlags:\n%s", flags.FlagUsages())
 	}
 	config := flags.StringP("config", "c", runnerconfig.ConfigDir+"/"+runnerconfig.ConfigFile, "the runner's config file")
 	templateDirs := flags.StringSlice("template-dir", nil, "directories with qemu command templates that replace the embedded ones")
 	qemu := flags.String("qemu", "qemu-system-x86_64", "the qemu program")
 	swtpm := flags.String("swtpm", "swtpm", "the swtpm program")
+	spiceAddress := flags.String("spice-address", "0.0.0.0", "the address the SPICE server listens on (127.0.0.1: this host only)")
 	debug := flags.Bool("debug", false, "log debug messages (the qemu command, QMP traffic)")
 	showVersion := flags.Bool("version", false, "print the version and exit")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
-		return runner.ExitConfig
+		return runnerexit.Config
 	}
 	if *showVersion {
 		fmt.Println("vm-runner", version.Get())
 		return 0
 	}
-	if probe {
+	if sub == "probe" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := runner.Probe(ctx, *config); err != nil {
@@ -66,8 +70,11 @@ func run() int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	r, err := runner.New(runner.Options{
-		ConfigFile: *config, TemplateDirs: *templateDirs, Qemu: *qemu, Swtpm: *swtpm, Logger: log,
+		ConfigFile: *config, TemplateDirs: *templateDirs, Qemu: *qemu, Swtpm: *swtpm, Logger: log, SpiceAddress: *spiceAddress,
 	})
+	if err == nil && sub == "check" {
+		return check(r, log)
+	}
 	if err == nil {
 		if stop := report(r, log); stop != nil {
 			defer stop()
@@ -78,19 +85,51 @@ func run() int {
 		log.Info("Starting", "version", version.Get(), "config", *config)
 		err = r.Run(ctx)
 	}
-	var exit *runner.ExitError
-	switch {
-	case err == nil:
-		return runner.ExitClean
-	case errors.As(err, &exit):
-		if exit.Code == runner.ExitConfig || exit.Code == runner.ExitFailed {
-			log.Error("Cannot run the VM", "err", err, "exit", exit.Code)
-		}
-		return exit.Code
-	default:
-		log.Error("Cannot run the VM", "err", err)
-		return runner.ExitFailed
+	if err == nil {
+		return runnerexit.Clean
 	}
+	code := runnerexit.Failed
+	var exit *runner.ExitError
+	if errors.As(err, &exit) {
+		code = exit.Code
+	}
+	if code == runnerexit.Config || code == runnerexit.Failed || code == runnerexit.QemuRefused {
+		log.Error("Cannot run the VM", "err", err, "exit", code)
+	}
+	terminationMessage(err)
+	return code
+}
+
+// terminationLog is where a container's last words go: the kubelet puts
+// them into the pod's status, from which vm-operator and kubectl vm status
+// report why the runner failed (without it they get the log's end).
+const terminationLog = "/dev/termination-log"
+
+// terminationMessage writes err there when the file exists (in a pod).
+func terminationMessage(err error) {
+	if _, serr := os.Stat(terminationLog); serr != nil {
+		return
+	}
+	_ = os.WriteFile(terminationLog, []byte(err.Error()), 0o644)
+}
+
+// check runs runner.Check and says what it found.
+func check(r *runner.Runner, log *slog.Logger) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := r.Check(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "vm-runner check:", err)
+		var exit *runner.ExitError
+		if errors.As(err, &exit) {
+			return exit.Code
+		}
+		return runnerexit.Failed
+	}
+	for _, p := range r.Status().CDProblems {
+		log.Warn("CD drive stays empty", "drive", p.Drive, "file", p.Image, "err", p.Err)
+	}
+	fmt.Println("qemu accepts the VM", r.Name())
+	return 0
 }
 
 // report makes the runner write its VM's status when it runs in a pod, and

@@ -73,11 +73,20 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 			}
 		}
 	}
-	st.Conditions = conds.List()
+	st.Conditions = append(conds.List(), warningsCondition(objs.Warnings))
 	for i := range st.Conditions {
 		st.Conditions[i].ObservedGeneration = vm.Generation
 	}
 	return st, requeue, nil
+}
+
+// warningsCondition keeps render's warnings in the status, where users of
+// the operator look, not only in kubectl vm render's output.
+func warningsCondition(w []string) metav1.Condition {
+	if len(w) == 0 {
+		return vmstatus.Condition(v1.ConditionSpecWarnings, false, v1.ReasonNoWarnings, "")
+	}
+	return vmstatus.Condition(v1.ConditionSpecWarnings, true, v1.ReasonWarnings, strings.Join(w, "; ")+".")
 }
 
 // createFailure looks for the StatefulSet controller's FailedCreate event:
@@ -179,7 +188,7 @@ func currentStatus(u *unstructured.Unstructured) (opStatus, error) {
 	}
 	st.ObservedGeneration, st.Node = full.ObservedGeneration, full.Node
 	for _, cd := range full.Conditions {
-		if slices.Contains([]string{v1.ConditionRunning, v1.ConditionReady, v1.ConditionRestartRequired, v1.ConditionFailed}, cd.Type) {
+		if slices.Contains([]string{v1.ConditionRunning, v1.ConditionReady, v1.ConditionRestartRequired, v1.ConditionFailed, v1.ConditionSpecWarnings}, cd.Type) {
 			st.Conditions = append(st.Conditions, cd)
 		}
 	}

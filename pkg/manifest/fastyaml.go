@@ -3,23 +3,113 @@ package manifest
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
-// YAMLToJSON converts one YAML document to JSON (fast path, else sigs.k8s.io/yaml).
-// The result is the same as sigs.k8s.io/yaml.YAMLToJSON's, byte for byte.
-// It is safe for concurrent use.
+// YAMLToJSON converts one YAML document of at most MaxDocumentSize bytes
+// to JSON (fast path, else sigs.k8s.io/yaml). The result is the same as
+// sigs.k8s.io/yaml.YAMLToJSONStrict's, byte for byte: a duplicate key is
+// an error, as in kubectl's strict decoding, not a silent last-wins. So is
+// a document that aliases expand beyond MaxDocumentSize. A leading UTF-8
+// byte order mark is ignored. Errors are one line. It is safe for
+// concurrent use.
 func YAMLToJSON(doc []byte) ([]byte, error) {
+	if len(doc) > MaxDocumentSize {
+		return nil, tooLarge(MaxDocumentSize)
+	}
+	doc = bytes.TrimPrefix(doc, utf8BOM)
 	if out, ok := fastYAMLToJSON(doc); ok {
 		return out, nil
 	}
-	return yaml.YAMLToJSON(doc)
+	if bytes.IndexByte(doc, '&') >= 0 { // anchors: there may be aliases
+		if err := checkAliases(doc); err != nil {
+			return nil, err
+		}
+	}
+	out, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return nil, yamlError(doc, err)
+	}
+	return out, nil
+}
+
+// checkAliases refuses a document whose aliases expand it beyond
+// MaxDocumentSize. yaml.v2 bounds the number of nodes aliases add, not
+// their size: a few KiB of aliases to one long string would make GBs of
+// JSON. Decoding costs what the conversion does, and shares the strings.
+func checkAliases(doc []byte) error {
+	var v any
+	if yamlv2.Unmarshal(doc, &v) != nil {
+		return nil // the conversion reports it
+	}
+	if jsonSize(v, MaxDocumentSize) > MaxDocumentSize {
+		return fmt.Errorf("aliases make the document %w", tooLarge(MaxDocumentSize))
+	}
+	return nil
+}
+
+// jsonSize estimates the size of a decoded YAML value as JSON, stopping
+// soon after it passes limit.
+func jsonSize(v any, limit int) int {
+	n := 2 // quotes or brackets
+	switch v := v.(type) {
+	case string:
+		return n + len(v)
+	case []any:
+		for _, e := range v {
+			if n += jsonSize(e, limit-n) + 1; n > limit {
+				break
+			}
+		}
+		return n
+	case map[any]any:
+		for k, e := range v {
+			if n += jsonSize(k, limit-n) + jsonSize(e, limit-n) + 2; n > limit {
+				break
+			}
+		}
+		return n
+	}
+	return 8 // a number, boolean or null
+}
+
+// yamlError names the line of invalid UTF-8, which yaml.v2 does not, and
+// puts yaml.v2's list of decoding errors on one line.
+func yamlError(doc []byte, err error) error {
+	if bad := CheckUTF8(doc); bad != nil {
+		return bad
+	}
+	var te *yamlv2.TypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("yaml: %s", strings.Join(te.Errors, "; "))
+	}
+	return err
+}
+
+// CheckUTF8 returns an error naming the first line of data that is not
+// valid UTF-8, or nil.
+func CheckUTF8(data []byte) error {
+	if utf8.Valid(data) {
+		return nil
+	}
+	n := 1
+	for line := range bytes.Lines(data) {
+		if !utf8.Valid(line) {
+			break
+		}
+		n++
+	}
+	return fmt.Errorf("line %d: invalid UTF-8", n)
 }
 
 // fastYAMLToJSON converts a YAML document in the block-style subset that

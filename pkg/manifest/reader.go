@@ -15,12 +15,41 @@ import (
 type Document struct {
 	// Index counts the documents of the stream from 1, as people do.
 	Index int
-	// Raw is the document as written (YAML or JSON).
+	// Raw is the document as written (YAML or JSON), with CRLF line
+	// breaks made LF.
 	Raw []byte
 	// JSON is the document converted to JSON.
 	JSON []byte
 	// APIVersion and Kind are read from the document.
 	APIVersion, Kind string
+}
+
+// MaxDocumentSize bounds one document, in a stream or a config file. The
+// API server takes request bodies of at most 3 MiB, so no object that can
+// be applied is larger; converting a document costs up to some 170 times
+// its size in memory (full YAML with many tiny nodes), so a bound of a
+// few MiB is what keeps that within reach of a laptop.
+const MaxDocumentSize = 4 << 20
+
+// ErrTooLarge is the error, wrapped with the limit, for input above a size
+// limit.
+var ErrTooLarge = errors.New("larger than the limit")
+
+func tooLarge(limit int) error {
+	return fmt.Errorf("%w of %d MiB", ErrTooLarge, limit>>20)
+}
+
+// ReadAll reads r to its end like io.ReadAll, but stops with an error
+// after limit bytes rather than reading on.
+func ReadAll(r io.Reader, limit int) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > limit {
+		return nil, tooLarge(limit)
+	}
+	return data, nil
 }
 
 // Reader splits a YAML or JSON stream into documents at "---" lines.
@@ -40,10 +69,17 @@ func NewReader(r io.Reader) *Reader {
 
 // Next returns the next non-empty document, or io.EOF at the end. An error
 // about one document (bad YAML) names its index; the reader can go on after
-// it. An error of the underlying reader ends the stream.
+// it, except after one above MaxDocumentSize. An error of the underlying
+// reader, or a UTF-16 stream, ends the stream.
 func (r *Reader) Next() (*Document, error) {
 	for {
 		raw, err := r.split()
+		if errors.Is(err, ErrTooLarge) {
+			// Its end may never come: the stream ends here.
+			r.eof = true
+			r.index++
+			return &Document{Index: r.index}, fmt.Errorf("document %d: %w", r.index, err)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -70,6 +106,11 @@ func (r *Reader) split() ([]byte, error) {
 	if r.eof {
 		return nil, io.EOF
 	}
+	if !r.started {
+		if err := r.skipBOM(); err != nil {
+			return nil, err
+		}
+	}
 	var doc []byte
 	partial := false // the last chunk ended inside a long line
 	for {
@@ -87,7 +128,9 @@ func (r *Reader) split() ([]byte, error) {
 			return doc, nil
 		}
 		r.started = true
-		doc = append(doc, line...)
+		if doc = appendLine(doc, line); len(doc) > MaxDocumentSize {
+			return nil, fmt.Errorf("%w; the input after it is not read", tooLarge(MaxDocumentSize))
+		}
 		partial = errors.Is(err, bufio.ErrBufferFull)
 		if errors.Is(err, io.EOF) {
 			r.eof = true
@@ -95,6 +138,37 @@ func (r *Reader) split() ([]byte, error) {
 			return doc, nil
 		}
 	}
+}
+
+// appendLine appends a line, or a piece of a long one, with CRLF made LF:
+// YAML reads both alike, and documents copied to the output then have one
+// kind of line break.
+func appendLine(doc, line []byte) []byte {
+	doc = append(doc, line...)
+	if n := len(doc); n >= 2 && doc[n-2] == '\r' && doc[n-1] == '\n' {
+		doc[n-2] = '\n'
+		doc = doc[:n-1]
+	}
+	return doc
+}
+
+var utf8BOM = []byte("\ufeff")
+
+var errUTF16 = errors.New("UTF-16 is not supported: save the input as UTF-8")
+
+// skipBOM drops a UTF-8 byte order mark at the start, as kubectl does. A
+// UTF-16 stream is refused: its "---" and line breaks are not the bytes
+// split looks for.
+func (r *Reader) skipBOM() error {
+	head, _ := r.br.Peek(len(utf8BOM)) // a short or failed read shows in split
+	switch {
+	case bytes.HasPrefix(head, utf8BOM):
+		_, err := r.br.Discard(len(utf8BOM))
+		return err
+	case bytes.HasPrefix(head, []byte{0xff, 0xfe}), bytes.HasPrefix(head, []byte{0xfe, 0xff}):
+		return errUTF16
+	}
+	return nil
 }
 
 // isSeparator tells a "---" line (maybe with a comment) from content.
@@ -114,7 +188,7 @@ func typeMeta(js []byte) (apiVersion, kind string, err error) {
 	defer converters.Put(c)
 	c.src, c.pos = js, 0
 	c.nodes, c.kids, c.stack = c.nodes[:0], c.kids[:0], c.stack[:0]
-	root, err := c.parse()
+	root, err := c.parse(0)
 	c.src = nil
 	if err != nil {
 		return "", "", err

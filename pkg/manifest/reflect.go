@@ -157,7 +157,7 @@ func (c *converter) marshaled(v reflect.Value) (int32, error) {
 	}
 	src, pos := c.src, c.pos
 	c.src, c.pos = b, 0
-	idx, err := c.parse()
+	idx, err := c.parse(0)
 	c.src, c.pos = src, pos
 	return idx, err
 }

@@ -91,7 +91,7 @@ func TestObjectToYAMLMatchesJSON(t *testing.T) {
 }
 
 func FuzzObjectToYAML(f *testing.F) {
-	for _, s := range jsonSeeds {
+	for _, s := range append(jsonSeeds, hostileJSON...) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -49,11 +49,15 @@ type jnode struct {
 
 var errSyntax = errors.New("invalid JSON")
 
+// jsonMaxDepth is encoding/json's limit of nested objects and arrays, so
+// that the converter takes the JSON that encoding/json takes.
+const jsonMaxDepth = 10000
+
 func (c *converter) convert(dst, src []byte) ([]byte, error) {
 	c.src, c.pos = src, 0
 	defer func() { c.src = nil }() // do not keep the caller's bytes alive in a pool
 	c.nodes, c.kids, c.stack = c.nodes[:0], c.kids[:0], c.stack[:0]
-	root, err := c.parse()
+	root, err := c.parse(0)
 	if err != nil {
 		return dst, err
 	}
@@ -88,7 +92,8 @@ func (c *converter) space() {
 	}
 }
 
-func (c *converter) parse() (int32, error) {
+// parse adds the value at pos, inside depth objects and arrays.
+func (c *converter) parse(depth int) (int32, error) {
 	c.space()
 	if c.pos >= len(c.src) {
 		return 0, fmt.Errorf("%w: unexpected end", errSyntax)
@@ -96,6 +101,9 @@ func (c *converter) parse() (int32, error) {
 	idx := int32(len(c.nodes))
 	switch c.src[c.pos] {
 	case '{', '[':
+		if depth == jsonMaxDepth {
+			return 0, fmt.Errorf("%w: nested deeper than %d at offset %d", errSyntax, jsonMaxDepth, c.pos)
+		}
 		open := c.src[c.pos]
 		c.nodes = append(c.nodes, jnode{kind: open})
 		c.pos++
@@ -124,7 +132,7 @@ func (c *converter) parse() (int32, error) {
 				}
 				c.pos++
 			}
-			child, err := c.parse()
+			child, err := c.parse(depth + 1)
 			if err != nil {
 				return 0, err
 			}
@@ -178,15 +186,22 @@ func (c *converter) str() ([]byte, error) {
 	if c.pos >= len(c.src) || c.src[c.pos] != '"' {
 		return nil, fmt.Errorf("%w: expected a string at offset %d", errSyntax, c.pos)
 	}
+	escaped := false
 	for c.pos++; c.pos < len(c.src); c.pos++ {
 		switch b := c.src[c.pos]; {
 		case b < ' ':
 			return nil, fmt.Errorf("%w: control character in a string at offset %d", errSyntax, c.pos)
 		case b == '\\':
 			c.pos++
+			escaped = true
 		case b == '"':
 			c.pos++
-			return c.src[start:c.pos], nil
+			s := c.src[start:c.pos]
+			// Escapes are rare: let encoding/json check them ("\0" is none).
+			if escaped && !json.Valid(s) {
+				return nil, fmt.Errorf("%w: bad escape in the string at offset %d", errSyntax, start)
+			}
+			return s, nil
 		}
 	}
 	return nil, fmt.Errorf("%w: unterminated string at offset %d", errSyntax, start)

@@ -75,7 +75,7 @@ func TestJSONToYAMLExamples(t *testing.T) {
 }
 
 func FuzzJSONToYAML(f *testing.F) {
-	for _, s := range jsonSeeds {
+	for _, s := range append(jsonSeeds, hostileJSON...) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/vmop/vmop/internal/hostile"
 	"github.com/vmop/vmop/pkg/manifest"
 	"sigs.k8s.io/yaml"
 )
@@ -28,21 +31,28 @@ func FuzzRender(f *testing.F) {
 		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec: {vm: {disks: [{}, {cdrom: {image: x}, volumeClaimTemplate: {}}]}}\n",
 		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec: {cloudInit: {userData: 5, metaData: [], networkConfig: null}, vm: {}}\n",
 		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nspec: null\n---\n- a\n---\n: :\n",
+		// Hostile input: a BOM and CRLF, a duplicate key, invalid UTF-8,
+		// UTF-16, a billion laughs and nesting beyond yaml.v2's limit.
+		"\ufeffapiVersion: vmoperator.jdrupes.org/v1\r\nkind: VirtualMachine\r\nmetadata: {name: a}\r\nspec:\r\n  vm: {}\r\n",
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec:\n  vm: {}\n  vm: {}\n",
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: \"a\xff\"}\nspec: {vm: {}}\n",
+		"\xff\xfea\x00:\x00",
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec:\n  vm: {}\n  cloudInit:\n    userData:\n" + hostile.Laughs("      "),
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec: {vm: {}, cloudInit: {userData: {a: " + strings.Repeat("[", 10_001) + "}}}\n",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var out bytes.Buffer
-		w, err := manifest.NewWriter(&out, manifest.FormatYAML)
-		if err != nil {
-			t.Fatal(err)
-		}
-		problems, err := Stream(bytes.NewReader(in), "fuzz", w, StreamOptions{})
+		out, problems, err := fuzzStream(t, in)
 		if err != nil {
 			return // a reader error ends the stream; it is reported, not a panic
 		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
+		// A manifest edited on Windows renders the same.
+		if !bytes.Contains(in, []byte("\r")) {
+			crlfOut, crlfProblems, err := fuzzStream(t, bytes.ReplaceAll(in, []byte("\n"), []byte("\r\n")))
+			if err != nil || !bytes.Equal(out, crlfOut) || !slices.Equal(problems, crlfProblems) {
+				t.Fatalf("CRLF line breaks change the result: %v\n%q\n%q", err, problems, crlfProblems)
+			}
 		}
 		for _, p := range problems {
 			if p.Message == "" {
@@ -52,7 +62,7 @@ func FuzzRender(f *testing.F) {
 		if len(problems) > 0 {
 			return
 		}
-		r := manifest.NewReader(&out)
+		r := manifest.NewReader(bytes.NewReader(out))
 		for {
 			d, err := r.Next()
 			if d == nil {
@@ -66,4 +76,21 @@ func FuzzRender(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzStream renders in to YAML.
+func fuzzStream(t *testing.T, in []byte) ([]byte, []Problem, error) {
+	var out bytes.Buffer
+	w, err := manifest.NewWriter(&out, manifest.FormatYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := Stream(bytes.NewReader(in), "fuzz", w, StreamOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes(), problems, nil
 }

@@ -102,6 +102,9 @@ type Objects struct {
 	ConfigMap   *corev1.ConfigMap
 	Secret      *corev1.Secret
 	Service     *corev1.Service
+	// Warnings tell what the VM asks for that it does not get as written
+	// (ignored fields, RAM rounded up to a MiB).
+	Warnings []string
 }
 
 // List returns the objects in a fixed order (ConfigMap and Secret before
@@ -178,7 +181,7 @@ func (r *renderer) render() (*Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs := &Objects{ConfigMap: cm, Secret: secret, StatefulSet: r.statefulSet(secret, restartHash), Service: r.service()}
+	objs := &Objects{ConfigMap: cm, Secret: secret, StatefulSet: r.statefulSet(secret, restartHash), Service: r.service(), Warnings: r.warnings()}
 	stsHash, err := r.specHash(templateSpec)
 	if err != nil {
 		return nil, err
@@ -308,6 +311,18 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 		}
 	}
 	return &runnerconfig.File{Runner: c}
+}
+
+// warnings are the VM's own and those about how the runner takes its
+// values.
+func (r *renderer) warnings() []string {
+	w := r.vm.Warnings()
+	v := &r.vm.Spec.VM
+	if b := v.MaximumRAM.Bytes(); runnerconfig.RoundUpMiB(b) != b {
+		got := resource.NewQuantity(runnerconfig.RoundUpMiB(b), resource.BinarySI)
+		w = append(w, fmt.Sprintf("spec.vm.maximumRam %s is not a whole number of MiB: the VM gets %s (qemu sizes RAM in MiB)", v.MaximumRAM, got))
+	}
+	return w
 }
 
 // CDROMFile is the runner's file for a CD image: empty and URLs stay as

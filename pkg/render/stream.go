@@ -133,7 +133,7 @@ func FromJSON(data []byte, opts StreamOptions) (objs *Objects, problems, warning
 	if err != nil {
 		return nil, []Problem{{Object: vm.Name, Message: err.Error()}}, nil
 	}
-	for _, msg := range vm.Warnings() {
+	for _, msg := range objs.Warnings {
 		warnings = append(warnings, Problem{Object: vm.Name, Message: msg})
 	}
 	return objs, nil, warnings

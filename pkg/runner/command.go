@@ -44,12 +44,17 @@ type Network struct {
 }
 
 // Drive is a disk or CD drive with its qemu id; CD drives are cd0, cd1...
-// in config order, the ids that live changes address.
+// in config order, the ids that live changes address. A CD drive has no
+// Path: qemu starts with it empty and the runner inserts the medium over
+// QMP, so that a medium that cannot be opened empties one drive instead of
+// stopping qemu.
 type Drive struct {
 	ID        string
 	Path      string
 	IsDevice  bool
 	Bootindex *int32
+	// Index is the drive's index in the config's drives.
+	Index int
 }
 
 // NewMachine derives the command's data from a config. isDevice tells
@@ -73,17 +78,18 @@ func NewMachine(vm *runnerconfig.VM, uuid string, kvm bool, fw Firmware, runtime
 	if kvm {
 		m.Accel = "kvm"
 	}
-	if m.CPUModel == "" {
-		// "host" needs KVM; "max" is the most TCG can emulate.
+	if m.CPUModel == "" || (m.CPUModel == "host" && !kvm) {
+		// "host" needs KVM; "max" is the most TCG can emulate. A VM that
+		// asks for the host's CPU on a node without KVM gets that.
 		m.CPUModel = map[bool]string{true: "host", false: "max"}[kvm]
 	}
 	for i, n := range vm.Network {
 		m.Networks = append(m.Networks, Network{Network: n, ID: "net" + strconv.Itoa(i)})
 	}
-	for _, d := range vm.Drives {
+	for i, d := range vm.Drives {
 		switch d.Type {
 		case runnerconfig.DriveCDROM:
-			m.CDROMs = append(m.CDROMs, Drive{ID: CDROMID(len(m.CDROMs)), Path: d.File, Bootindex: d.Bootindex})
+			m.CDROMs = append(m.CDROMs, Drive{ID: CDROMID(len(m.CDROMs)), Bootindex: d.Bootindex, Index: i})
 		case runnerconfig.DriveRaw:
 			path, dev := d.File, false
 			switch {
@@ -92,7 +98,7 @@ func NewMachine(vm *runnerconfig.VM, uuid string, kvm bool, fw Firmware, runtime
 			case d.Resource != "":
 				path, dev = d.Resource, isDevice(d.Resource)
 			}
-			m.Disks = append(m.Disks, Drive{ID: "disk" + strconv.Itoa(len(m.Disks)), Path: path, IsDevice: dev, Bootindex: d.Bootindex})
+			m.Disks = append(m.Disks, Drive{ID: "disk" + strconv.Itoa(len(m.Disks)), Path: path, IsDevice: dev, Bootindex: d.Bootindex, Index: i})
 		}
 	}
 	return m
@@ -133,9 +139,6 @@ type Template struct {
 // LoadTemplate reads the template name (the standard one when empty),
 // preferring the override directories.
 func LoadTemplate(name string, dirs ...string) (*Template, error) {
-	if name == "" {
-		name = templates.Standard
-	}
 	text, source, err := templates.Read(name, dirs...)
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"github.com/vmop/vmop/internal/testguest"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runner"
+	"github.com/vmop/vmop/pkg/runnerexit"
 )
 
 // guestVM is a VM that boots the tiny Linux test guest: it onlines
@@ -71,7 +72,7 @@ func TestGuestShutsDownOnSIGTERM(t *testing.T) {
 	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
 	code := v.wait(60 * time.Second)
 	took := time.Since(start)
-	require.Equal(t, runner.ExitClean, code, "a guest that powers off on ACPI gives exit 0")
+	require.Equal(t, runnerexit.Clean, code, "a guest that powers off on ACPI gives exit 0")
 	require.Less(t, took, 30*time.Second, "well before powerdownTimeout (120 s)")
 	t.Logf("guest shut down %s after SIGTERM", took.Round(time.Millisecond))
 	log, _ := os.ReadFile(v.output)
@@ -84,7 +85,7 @@ func TestGuestIgnoringACPIIsStopped(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
 	code := v.wait(30 * time.Second)
-	require.Equal(t, runner.ExitForced, code)
+	require.Equal(t, runnerexit.Forced, code)
 	require.GreaterOrEqual(t, time.Since(start), 3*time.Second, "the guest got its powerdownTimeout")
 }
 
@@ -175,7 +176,7 @@ func TestGuestAgentShutdown(t *testing.T) {
 	v.waitConsole(testguest.AgentLine, 30*time.Second)
 	time.Sleep(200 * time.Millisecond) // the runner sees the port open (VSERPORT_CHANGE)
 	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, runner.ExitClean, v.wait(60*time.Second))
+	require.Equal(t, runnerexit.Clean, v.wait(60*time.Second))
 	log, _ := os.ReadFile(v.output)
 	require.Contains(t, string(log), "Asked the guest agent to shut down")
 	require.Contains(t, string(log), "The guest shut down cleanly")
@@ -190,7 +191,7 @@ func TestGuestAgentTakesShutdownButGuestStays(t *testing.T) {
 	v.waitConsole(testguest.AgentLine, 30*time.Second)
 	time.Sleep(200 * time.Millisecond) // the runner sees the port open (VSERPORT_CHANGE)
 	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, runner.ExitClean, v.wait(60*time.Second), "shut down by ACPI within powerdownTimeout (120 s)")
+	require.Equal(t, runnerexit.Clean, v.wait(60*time.Second), "shut down by ACPI within powerdownTimeout (120 s)")
 	log, _ := os.ReadFile(v.output)
 	require.Contains(t, string(log), "Asked the guest agent to shut down")
 	require.Contains(t, string(log), "The guest still runs after its agent took the shutdown")

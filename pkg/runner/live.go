@@ -21,9 +21,12 @@ import (
 // CD media, the display password and resets.
 type liveState struct {
 	r *Runner
-	// cds is the medium of each CD drive (by id) as last applied, and
-	// pendingCDs the ones that wait for their tray to open.
+	// cds is the medium of each CD drive (by id) as last applied,
+	// pendingCDs the ones that wait for their tray to open, and failedCDs
+	// the media that could not be opened (not tried again until the
+	// config names another).
 	cds, pendingCDs map[string]string
+	failedCDs       map[string]CDProblem
 	// unplugging holds the CPUs asked to go, until qemu reports them gone.
 	unplugging     map[string]bool
 	cpus           int32
@@ -40,10 +43,10 @@ type liveState struct {
 }
 
 func newLiveState(r *Runner) *liveState {
-	l := &liveState{r: r, cds: map[string]string{}, pendingCDs: map[string]string{}, unplugging: map[string]bool{},
-		resetCounter: r.config.ResetCounter}
+	l := &liveState{r: r, cds: map[string]string{}, pendingCDs: map[string]string{}, failedCDs: map[string]CDProblem{},
+		unplugging: map[string]bool{}, resetCounter: r.config.ResetCounter}
 	for _, cd := range r.machine.CDROMs {
-		l.cds[cd.ID] = cd.Path // on qemu's command line
+		l.cds[cd.ID] = "" // empty on qemu's command line; apply inserts the media
 	}
 	return l
 }
@@ -66,7 +69,7 @@ func (l *liveState) apply(ctx context.Context, c *runnerconfig.Config) error {
 		}
 	}
 	i := 0
-	for _, d := range c.VM.Drives {
+	for index, d := range c.VM.Drives {
 		if d.Type != runnerconfig.DriveCDROM {
 			continue
 		}
@@ -75,10 +78,11 @@ func (l *liveState) apply(ctx context.Context, c *runnerconfig.Config) error {
 		if _, known := l.cds[id]; !known {
 			continue // a drive added to the config needs a restart
 		}
-		if err := l.changeCD(ctx, id, d.File); err != nil {
-			errs = append(errs, fmt.Errorf("CD %s: %w", id, err))
-		}
+		// A medium is about one drive, not the VM: its failure leaves the
+		// drive empty and shows in the status.
+		l.changeCD(ctx, id, index, d.File)
 	}
+	l.cdStatus()
 	if err := l.updatePassword(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("display password: %w", err))
 	}
@@ -190,20 +194,68 @@ func (l *liveState) countCPUs(ctx context.Context) error {
 	return nil
 }
 
-// changeCD puts file into drive id (empty: removes the medium). The tray
-// is opened first; a guest that locked it delays the change until it
-// releases the tray (DEVICE_TRAY_MOVED).
-func (l *liveState) changeCD(ctx context.Context, id, file string) error {
+// changeCD puts file into drive id, the config's drive index (empty file:
+// removes the medium). The tray is opened first; a guest that locked it
+// delays the change until it releases the tray (DEVICE_TRAY_MOVED).
+func (l *liveState) changeCD(ctx context.Context, id string, index int, file string) {
+	if failed, ok := l.failedCDs[id]; ok && failed.Image == file {
+		return
+	}
+	delete(l.failedCDs, id)
 	if l.cds[id] == file {
 		delete(l.pendingCDs, id)
-		return nil
+		return
 	}
 	l.pendingCDs[id] = file
+	l.cdIndex(id, index)
 	open, err := l.openTray(ctx, id)
-	if err == nil && !open {
+	switch {
+	case err != nil:
+		l.cdFailed(ctx, id, err)
+	case !open:
 		l.r.log.Info("CD change waits for the guest to release the tray", "drive", id)
 	}
-	return err
+}
+
+// cdIndex remembers which config drive a CD id stands for, for the status.
+func (l *liveState) cdIndex(id string, index int) {
+	for i := range l.r.machine.CDROMs {
+		if cd := &l.r.machine.CDROMs[i]; cd.ID == id {
+			cd.Index = index
+		}
+	}
+}
+
+// cdFailed leaves drive id empty after its pending medium failed, and
+// keeps the reason for the status.
+func (l *liveState) cdFailed(ctx context.Context, id string, err error) {
+	file := l.pendingCDs[id]
+	delete(l.pendingCDs, id)
+	l.r.log.Error("Cannot change the CD medium; the drive stays empty", "drive", id, "file", file, "err", err)
+	// The tray may be open with the old medium: empty it and close it, so
+	// that the guest sees an empty drive, as the status says.
+	if rerr := l.r.mon.BlockdevRemoveMedium(ctx, id); rerr == nil {
+		_ = l.r.mon.BlockdevCloseTray(ctx, id)
+		l.cds[id] = ""
+	}
+	l.failedCDs[id] = CDProblem{Drive: id, Image: file, Err: err.Error()}
+}
+
+// cdStatus puts the CD drives that do not hold their medium into the
+// status, in drive order.
+func (l *liveState) cdStatus() {
+	var ps []CDProblem
+	for _, cd := range l.r.machine.CDROMs {
+		p, failed := l.failedCDs[cd.ID]
+		if file, pending := l.pendingCDs[cd.ID]; pending {
+			p, failed = CDProblem{Drive: cd.ID, Image: file}, true
+		}
+		if failed {
+			p.Index = cd.Index
+			ps = append(ps, p)
+		}
+	}
+	l.r.status.CDProblems = ps
 }
 
 // openTray asks for the tray of drive id to open and, once it is, changes
@@ -226,9 +278,11 @@ func (l *liveState) openTray(ctx context.Context, id string) (bool, error) {
 func (l *liveState) retryCDs(ctx context.Context) {
 	for id := range l.pendingCDs {
 		if _, err := l.openTray(ctx, id); err != nil {
-			l.r.log.Error("Changing the CD medium", "drive", id, "err", err)
+			l.cdFailed(ctx, id, err)
 		}
 	}
+	l.cdStatus()
+	l.r.report(ctx)
 }
 
 func (l *liveState) trayOpen(ctx context.Context, id string) (bool, error) {
@@ -330,8 +384,10 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 		id, _ := ev.Data["id"].(string)
 		if open, _ := ev.Data["tray-open"].(bool); open {
 			if err := l.finishCD(ctx, id); err != nil {
-				r.log.Error("Changing the CD medium", "drive", id, "err", err)
+				l.cdFailed(ctx, id, err)
 			}
+			l.cdStatus()
+			r.report(ctx)
 		}
 	case qmp.EventDeviceDeleted, qmp.EventACPIDeviceOST:
 		if err := l.countCPUs(ctx); err != nil {

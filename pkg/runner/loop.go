@@ -13,6 +13,7 @@ import (
 	"github.com/vmop/vmop/pkg/guestagent"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/runnerexit"
 )
 
 const (
@@ -35,13 +36,13 @@ const (
 func (r *Runner) loop(ctx context.Context) error {
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
-		return &ExitError{Code: ExitFailed, Err: err}
+		return &ExitError{Code: runnerexit.Failed, Err: err}
 	}
 	defer watcher.Close()
 	// A ConfigMap volume replaces files by swapping a symlink: watch the
 	// directory, not the file.
 	if err := watcher.Add(r.configDir); err != nil {
-		return &ExitError{Code: ExitFailed, Err: err}
+		return &ExitError{Code: runnerexit.Failed, Err: err}
 	}
 	events := r.mon.Events(context.Background())
 	reload := time.NewTimer(time.Hour)

@@ -17,19 +17,11 @@ import (
 	"github.com/vmop/vmop/pkg/cloudinit"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/runnerexit"
 )
 
-// Exit codes of vm-runner, so that a pod's restart count and its last
-// state tell what happened.
-const (
-	ExitClean   = 0 // the guest shut down (by itself, or when asked)
-	ExitFailed  = 1 // the runner could not start the VM
-	ExitConfig  = 2 // the config file is invalid; qemu was not started
-	ExitForced  = 3 // the guest did not shut down within powerdownTimeout
-	ExitCrashed = 4 // qemu ended without a guest shutdown
-)
-
-// ExitError is an error with the exit code it stands for.
+// ExitError is an error with the exit code (package runnerexit) it stands
+// for.
 type ExitError struct {
 	Code int
 	Err  error
@@ -51,6 +43,9 @@ type Options struct {
 	Reporter Reporter
 	// QemuOutput receives qemu's and swtpm's own output; nil for stderr.
 	QemuOutput io.Writer
+	// SpiceAddress is where the SPICE server listens; empty for all
+	// addresses, as a pod needs.
+	SpiceAddress string
 }
 
 // Runner runs one VM.
@@ -73,7 +68,7 @@ type Runner struct {
 }
 
 // New loads the config. An invalid config is an *ExitError with
-// ExitConfig: nothing has been started.
+// runnerexit.Config: nothing has been started.
 func New(opts Options) (*Runner, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -92,7 +87,7 @@ func New(opts Options) (*Runner, error) {
 	}
 	c, err := runnerconfig.Load(opts.ConfigFile)
 	if err != nil {
-		return nil, &ExitError{Code: ExitConfig, Err: err}
+		return nil, &ExitError{Code: runnerexit.Config, Err: err}
 	}
 	r := &Runner{
 		opts:      opts,
@@ -116,28 +111,59 @@ func (r *Runner) UseReporter(rep Reporter) { r.opts.Reporter = rep }
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.cleanup()
 	started := time.Now()
-	if err := r.start(ctx); err != nil {
-		if r.qemu != nil {
-			select {
-			case <-r.qemu.done:
-				return &ExitError{Code: ExitCrashed, Err: fmt.Errorf("qemu %s while starting: %w", r.qemu.describe(), err)}
-			case <-time.After(100 * time.Millisecond): // a dying qemu closes QMP first
-			}
-		}
-		return &ExitError{Code: ExitFailed, Err: err}
+	if err := r.launch(ctx); err != nil {
+		return r.startError(err)
 	}
+	if err := r.mon.Cont(ctx); err != nil {
+		return r.startError(fmt.Errorf("QMP cont: %w", err))
+	}
+	r.running(ctx)
 	r.log.Info("VM running", "startup", time.Since(started).Round(time.Millisecond), "accel", r.machine.Accel)
 	stopProbe, err := r.serveProbe()
 	if err != nil {
-		return &ExitError{Code: ExitFailed, Err: err}
+		return &ExitError{Code: runnerexit.Failed, Err: err}
 	}
 	defer stopProbe()
 	return r.loop(ctx)
 }
 
-// start prepares everything, starts qemu paused, applies the config's
-// current values over QMP and lets the guest run.
-func (r *Runner) start(ctx context.Context) error {
+// Check starts qemu paused with the config, applies its current values
+// over QMP and quits qemu: it tells whether this host's qemu accepts the
+// VM, without running the guest. A CD medium that cannot be opened is no
+// error here (the VM would boot without it); Status tells of it.
+func (r *Runner) Check(ctx context.Context) error {
+	defer r.cleanup()
+	if err := r.launch(ctx); err != nil {
+		return r.startError(err)
+	}
+	if err := r.mon.Quit(ctx); err != nil && !r.qemu.exited() {
+		return fmt.Errorf("QMP quit: %w", err)
+	}
+	return nil
+}
+
+// Status is the VM's status as last reported.
+func (r *Runner) Status() Status { return r.status }
+
+// startError is the ExitError for a failed start: qemu's own reason when
+// it exited, else the runner's.
+func (r *Runner) startError(err error) error {
+	if r.qemu != nil {
+		select {
+		case <-r.qemu.done:
+			if w := r.qemu.lastWords(); w != "" {
+				return &ExitError{Code: runnerexit.QemuRefused, Err: fmt.Errorf("qemu refused to start (%s): %s", r.qemu.describe(), w)}
+			}
+			return &ExitError{Code: runnerexit.QemuRefused, Err: fmt.Errorf("qemu %s while starting: %w", r.qemu.describe(), err)}
+		case <-time.After(100 * time.Millisecond): // a dying qemu closes QMP first
+		}
+	}
+	return &ExitError{Code: runnerexit.Failed, Err: err}
+}
+
+// launch prepares everything, starts qemu paused and applies the config's
+// current values over QMP.
+func (r *Runner) launch(ctx context.Context) error {
 	c := r.config
 	for _, d := range []string{r.dataDir, r.runtimeDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -158,6 +184,9 @@ func (r *Runner) start(ctx context.Context) error {
 		return err
 	}
 	m := NewMachine(&c.VM, id, kvm, fw, r.runtimeDir, isBlockDevice)
+	if r.opts.SpiceAddress != "" {
+		m.SpiceAddress = r.opts.SpiceAddress
+	}
 	m.Ticketing = r.displayPassword() != nil
 	if m.CloudInitISO, err = r.cloudInit(); err != nil {
 		return err
@@ -188,12 +217,11 @@ func (r *Runner) start(ctx context.Context) error {
 	}
 	r.live = newLiveState(r)
 	r.guest = newGuestWatch()
-	if err := r.live.apply(ctx, c); err != nil {
-		return err
-	}
-	if err := r.mon.Cont(ctx); err != nil {
-		return fmt.Errorf("QMP cont: %w", err)
-	}
+	return r.live.apply(ctx, c)
+}
+
+// running notes that the guest runs: the status and the probe say so.
+func (r *Runner) running(ctx context.Context) {
 	// BALLOON_CHANGE comes only when the guest's RAM changes: a VM that
 	// starts with all its RAM would never report any.
 	if actual, err := r.mon.QueryBalloon(ctx); err == nil {
@@ -203,7 +231,6 @@ func (r *Runner) start(ctx context.Context) error {
 	r.status.Accelerator = r.machine.Accel
 	r.ready.Store(true)
 	r.report(ctx)
-	return nil
 }
 
 // cloudInit makes the NoCloud seed from the config's cloudInit, else from
@@ -273,10 +300,10 @@ func (r *Runner) cleanup() {
 func exitFor(qemu *process, guestShutdown, forced bool) error {
 	switch {
 	case forced:
-		return &ExitError{Code: ExitForced, Err: errors.New("the guest did not shut down within powerdownTimeout: qemu was stopped hard")}
+		return &ExitError{Code: runnerexit.Forced, Err: errors.New("the guest did not shut down within powerdownTimeout: qemu was stopped hard")}
 	case guestShutdown && qemu.err == nil:
 		return nil
 	default:
-		return &ExitError{Code: ExitCrashed, Err: fmt.Errorf("qemu %s without a guest shutdown", qemu.describe())}
+		return &ExitError{Code: runnerexit.Crashed, Err: fmt.Errorf("qemu %s without a guest shutdown", qemu.describe())}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/vmop/vmop/internal/statusrecorder"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runner"
+	"github.com/vmop/vmop/pkg/runnerexit"
 	"github.com/vmop/vmop/templates"
 )
 
@@ -351,7 +352,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 		v.writeConfig(strings.Replace(firmwareVM, "powerdownTimeout: 30", "powerdownTimeout: 2", 1))
 		code := v.wait(20 * time.Second)
 		took := time.Since(start)
-		require.Equal(t, runner.ExitForced, code, "SeaBIOS ignores ACPI: the stop is forced")
+		require.Equal(t, runnerexit.Forced, code, "SeaBIOS ignores ACPI: the stop is forced")
 		require.Less(t, took, 10*time.Second, "the shortened timeout applied")
 		require.GreaterOrEqual(t, took, 2*time.Second)
 		log, _ := os.ReadFile(v.output)
@@ -359,6 +360,78 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 		out, err := exec.Command(vmRunner, "probe", "-c", v.config).CombinedOutput()
 		require.Error(t, err, "vm-runner probe after the VM stopped: %s", out)
 	})
+}
+
+// TestMissingCDBootsWithoutIt: a medium that cannot be opened empties its
+// drive, not the VM: the guest runs, the other drive has its medium, and
+// the status names the drive and the file. A fixed config fills it.
+func TestMissingCDBootsWithoutIt(t *testing.T) {
+	cfg := strings.Replace(firmwareVM, "- type: ide-cd\n  file: DIR/a.iso\n",
+		"- type: ide-cd\n  file: DIR/missing.iso\n- type: ide-cd\n  file: DIR/a.iso\n", 1)
+	cfg = strings.Replace(cfg, "powerdownTimeout: 30", "powerdownTimeout: 1", 1)
+	v := newVM(t, cfg)
+	rec := &statusrecorder.Recorder{}
+	done := v.runInProcess(rec)
+	mon, err := qmp.Dial(t.Context(), filepath.Join(v.runtime, "test.sock"))
+	require.NoError(t, err)
+	t.Cleanup(func() { mon.Close() })
+	waitRunning(t, mon)
+	ctx := t.Context()
+	medium, err := cdMedium(ctx, mon, "cd0")
+	require.NoError(t, err)
+	require.Empty(t, medium)
+	medium, err = cdMedium(ctx, mon, "cd1")
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(v.dir, "a.iso"), medium)
+	st := rec.Last()
+	require.Len(t, st.CDProblems, 1, "%+v", st.CDProblems)
+	p := st.CDProblems[0]
+	require.Equal(t, "cd0", p.Drive)
+	require.Equal(t, 0, p.Index)
+	require.Equal(t, filepath.Join(v.dir, "missing.iso"), p.Image)
+	require.Contains(t, p.Err, "No such file or directory")
+
+	v.writeConfig(strings.Replace(cfg, "missing.iso", "b.iso", 1))
+	eventually(t, 10*time.Second, func() error {
+		m, err := cdMedium(ctx, mon, "cd0")
+		if err == nil && m != filepath.Join(v.dir, "b.iso") {
+			err = fmt.Errorf("medium %q", m)
+		}
+		return err
+	})
+	eventually(t, 10*time.Second, func() error {
+		if ps := rec.Last().CDProblems; len(ps) > 0 {
+			return fmt.Errorf("problems %+v", ps)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the runner ended: %v", err)
+	default:
+	}
+}
+
+// TestQemuRefusesToStart: qemu's own words reach the runner's error and
+// exit code, which a pod's termination message carries to the status.
+func TestQemuRefusesToStart(t *testing.T) {
+	v := newVM(t, firmwareVM+"cpuModel: no-such-cpu\n")
+	out, err := exec.Command(vmRunner, "-c", v.config, "--template-dir", filepath.Join(v.dir, "templates")).CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	require.Equal(t, runnerexit.QemuRefused, ee.ExitCode(), "%s", out)
+	require.Contains(t, string(out), "qemu refused to start (exited with code 1): qemu-system-x86_64: unable to find CPU model 'no-such-cpu'")
+
+	out, err = exec.Command(vmRunner, "check", "-c", v.config).CombinedOutput()
+	require.ErrorAs(t, err, &ee, "%s", out)
+	require.Equal(t, runnerexit.QemuRefused, ee.ExitCode(), "%s", out)
+	require.Contains(t, string(out), "unable to find CPU model 'no-such-cpu'")
+
+	// 256M is no whole number of MiB, which qemu needs: rounded up.
+	v.writeConfig(strings.Replace(firmwareVM, "maximumRam: 256Mi", "maximumRam: 256M", 1))
+	out, err = exec.Command(vmRunner, "check", "-c", v.config, "--spice-address", "127.0.0.1").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "qemu accepts the VM test")
 }
 
 func TestQemuKilled(t *testing.T) {
@@ -372,7 +445,7 @@ func TestQemuKilled(t *testing.T) {
 	// on a slow machine; the log shows the real figure.
 	code := v.wait(10 * time.Second)
 	t.Logf("the runner exited %s after qemu was killed", time.Since(killed).Round(time.Millisecond))
-	require.Equal(t, runner.ExitCrashed, code)
+	require.Equal(t, runnerexit.Crashed, code)
 	log, _ := os.ReadFile(v.output)
 	require.Contains(t, string(log), "killed")
 }
@@ -412,7 +485,7 @@ func TestInvalidConfigNeverStartsQemu(t *testing.T) {
 	out, err := exec.Command(vmRunner, "-c", v.config, "--qemu", fake).CombinedOutput()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
-	require.Equal(t, runner.ExitConfig, ee.ExitCode())
+	require.Equal(t, runnerexit.Config, ee.ExitCode())
 	require.Contains(t, string(out), v.config)
 	require.Contains(t, string(out), "/Runner.vm.maximumRam")
 	require.NoFileExists(t, marker)
@@ -448,7 +521,7 @@ func TestTPMAndCloudInit(t *testing.T) {
 	require.NotEmpty(t, state, "the TPM state is kept in the data directory")
 
 	require.NoError(t, v.cmd.Process.Signal(syscall.SIGTERM))
-	v.writeConfig(firmwareVM + "useTpm: true\npowerdownTimeout: 1\n")
+	v.writeConfig(strings.Replace(firmwareVM, "powerdownTimeout: 30", "powerdownTimeout: 1", 1) + "useTpm: true\n")
 	v.wait(20 * time.Second)
 	require.NoDirExists(t, v.runtime, "the runtime files are removed")
 	require.Error(t, syscall.Kill(swtpm, 0), "swtpm is stopped after qemu")
@@ -464,20 +537,33 @@ func readFile(t *testing.T, path string) string {
 // TestStatusReports: what the runner observes reaches its Reporter: the
 // VM running, CPUs, the password serial, and a SPICE client connecting
 // and leaving.
-func TestStatusReports(t *testing.T) {
-	v := newVM(t, strings.Replace(firmwareVM, "powerdownTimeout: 30", "powerdownTimeout: 1", 1))
-	v.writeFile("display-password", "pw")
+// runInProcess runs the runner in the test's process, reporting to rec,
+// until the test ends; the channel gets Run's result.
+func (v *vm) runInProcess(rec *statusrecorder.Recorder) <-chan error {
+	v.t.Helper()
 	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")}})
-	require.NoError(t, err)
-	rec := &statusrecorder.Recorder{}
+	require.NoError(v.t, err)
 	r.UseReporter(rec)
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
+	result := make(chan error, 1)
+	go func() {
+		err := r.Run(ctx)
+		result <- err
+		done <- err
+	}()
+	v.t.Cleanup(func() {
 		cancel()
 		<-done
 	})
+	return result
+}
+
+func TestStatusReports(t *testing.T) {
+	v := newVM(t, strings.Replace(firmwareVM, "powerdownTimeout: 30", "powerdownTimeout: 1", 1))
+	v.writeFile("display-password", "pw")
+	rec := &statusrecorder.Recorder{}
+	v.runInProcess(rec)
 	eventually(t, 30*time.Second, func() error {
 		// No guest driver takes the balloon's RAM: the guest has all of it,
 		// and says so without a BALLOON_CHANGE event.

@@ -22,6 +22,19 @@ type Status struct {
 	DisplayPasswordSerial int64
 	// RestartRequired lists changed fields that apply at the next start.
 	RestartRequired []string
+	// CDProblems are the CD drives that do not hold the medium the config
+	// names, in drive order.
+	CDProblems []CDProblem
+}
+
+// CDProblem is a CD drive without the medium the config names: it could
+// not be opened (Err), or the change waits for the guest to release the
+// tray (Err empty).
+type CDProblem struct {
+	Drive string // qemu's id: cd0, cd1...
+	Index int    // the drive's index in the config's drives (spec.vm.disks)
+	Image string // the medium the config names
+	Err   string
 }
 
 // Reporter passes the runner's observations on (in a cluster, to the

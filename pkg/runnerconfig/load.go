@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -24,19 +25,28 @@ const (
 	DefaultUsbRedirects     = 2
 	DefaultNetDevice        = "virtio-net"
 	DefaultBridge           = "br0"
-	// maxCDROMs: q35's AHCI controller has six ports.
-	maxCDROMs = 6
+	// MaxCDROMs: q35's AHCI controller has six ports.
+	MaxCDROMs = 6
+	// MaxCPUs: qemu 7.2's q35 machine takes 288 vCPUs, and x86 guests
+	// address 255 without an IOMMU for interrupt remapping.
+	MaxCPUs = 255
 )
 
 // Firmwares are the firmware kinds the runner knows.
 var Firmwares = []string{"bios", "uefi", "uefi-4m", "secure", "secure-4m"}
 
 // Load reads, defaults and validates a config file. The error names the
-// file and, for invalid values, every field at fault.
+// file and, for invalid values, every field at fault. A file larger than
+// manifest.MaxDocumentSize is refused after reading that much.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	data, err := manifest.ReadAll(f, manifest.MaxDocumentSize)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	c, err := Parse(data)
 	if err != nil {
@@ -145,6 +155,8 @@ func (c *Config) Default() {
 	if v.CurrentRAM == (Size{}) {
 		v.CurrentRAM = v.MaximumRAM
 	}
+	// qemu sizes a machine's RAM in whole MiB ("256M" is 244.1 MiB).
+	v.MaximumRAM.Bytes = RoundUpMiB(v.MaximumRAM.Bytes)
 	if v.RTCBase == "" {
 		v.RTCBase = "utc"
 	}
@@ -168,6 +180,16 @@ func (c *Config) Default() {
 			sp.Port = DefaultSpicePort
 		}
 	}
+}
+
+// RoundUpMiB is bytes rounded up to a whole MiB, as the runner gives a VM
+// its maximum RAM.
+func RoundUpMiB(bytes int64) int64 {
+	const mib = 1 << 20
+	if bytes <= 0 || bytes > math.MaxInt64-mib {
+		return bytes // validation reports it
+	}
+	return (bytes + mib - 1) / mib * mib
 }
 
 func (v *VM) topology() int32 {
@@ -194,8 +216,8 @@ func (c *Config) Validate() field.ErrorList {
 	if *v.PowerdownTimeout < 0 {
 		errs = append(errs, field.Invalid(p.Child("powerdownTimeout"), *v.PowerdownTimeout, "must be 0 or more seconds"))
 	}
-	if v.MaximumCPUs < 1 || v.MaximumCPUs > 4096 {
-		errs = append(errs, field.Invalid(p.Child("maximumCpus"), v.MaximumCPUs, "must be between 1 and 4096"))
+	if v.MaximumCPUs < 1 || v.MaximumCPUs > MaxCPUs {
+		errs = append(errs, field.Invalid(p.Child("maximumCpus"), v.MaximumCPUs, fmt.Sprintf("must be between 1 and %d", MaxCPUs)))
 	}
 	if v.CurrentCPUs < 1 {
 		errs = append(errs, field.Invalid(p.Child("currentCpus"), v.CurrentCPUs, "must be at least 1"))
@@ -239,8 +261,8 @@ func (c *Config) Validate() field.ErrorList {
 			errs = append(errs, field.Invalid(dp.Child("bootindex"), *d.Bootindex, "must be 0 or more"))
 		}
 	}
-	if cds > maxCDROMs {
-		errs = append(errs, field.TooMany(p.Child("drives"), cds, maxCDROMs))
+	if cds > MaxCDROMs {
+		errs = append(errs, field.TooMany(p.Child("drives"), cds, MaxCDROMs))
 	}
 	if d := v.Display; d != nil {
 		if d.Outputs < 1 || d.Outputs > 16 {

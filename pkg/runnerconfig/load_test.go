@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/internal/hostile"
 )
 
 // javaStyle is written the way VM-Operator's runner documents its config.
@@ -85,6 +87,13 @@ func TestLoadNamesFile(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(javaStyle))
 	f.Add([]byte(`"/Runner": {vm: {name: x, sockets: 2147483647, coresPerDie: 2147483647, threadsPerCore: 2}}`))
+	// Hostile input: a BOM and CRLF, a duplicate key, invalid UTF-8, a
+	// billion laughs and nesting beyond yaml.v2's limit.
+	f.Add([]byte("\ufeff" + strings.ReplaceAll(javaStyle, "\n", "\r\n")))
+	f.Add([]byte(`"/Runner": {vm: {name: x, name: y}}`))
+	f.Add([]byte("\"/Runner\": {vm: {name: \"x\xff\"}}"))
+	f.Add([]byte("\"/Runner\":\n  vm:\n    name: x\n  x:\n" + hostile.Laughs("    ")))
+	f.Add([]byte(`"/Runner": {vm: {name: x, x: ` + strings.Repeat("[", 10_001) + "}}"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c, err := Parse(in)
 		if err != nil {

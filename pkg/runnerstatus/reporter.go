@@ -42,6 +42,15 @@ const (
 
 	ReasonGuestAgentConnected    = "GuestAgentConnected"
 	ReasonGuestAgentNotConnected = "GuestAgentNotConnected"
+
+	// ConditionMediaLoaded tells whether every CD drive holds the medium
+	// the spec names; a medium that cannot be opened leaves its drive
+	// empty and the VM running.
+	ConditionMediaLoaded = "MediaLoaded"
+
+	ReasonMediaLoaded     = "MediaLoaded"
+	ReasonMediumFailed    = "MediumUnavailable"
+	ReasonMediumWaitsTray = "WaitingForTray"
 )
 
 // ErrNotInCluster tells that the runner does not run in a pod, so there is
@@ -465,7 +474,7 @@ func (r *Reporter) conditionList(s runner.Status) []any {
 		ReasonGuestAgentNotConnected, "The guest agent is not connected.")
 	now := metav1.NewTime(r.opts.now().Truncate(time.Second))
 	var list []any
-	for _, c := range []metav1.Condition{booted} {
+	for _, c := range []metav1.Condition{booted, mediaCondition(s.CDProblems)} {
 		c.ObservedGeneration = r.generation
 		c.LastTransitionTime = now
 		if old, ok := r.conditions[c.Type]; ok && old.Status == c.Status && !old.LastTransitionTime.IsZero() {
@@ -483,6 +492,27 @@ func (r *Reporter) conditionList(s runner.Status) []any {
 	return list
 }
 
+// mediaCondition names each CD drive without its medium by the spec's
+// field, so that the user knows what to fix.
+func mediaCondition(ps []runner.CDProblem) metav1.Condition {
+	if len(ps) == 0 {
+		return metav1.Condition{Type: ConditionMediaLoaded, Status: metav1.ConditionTrue, Reason: ReasonMediaLoaded,
+			Message: "Every CD drive holds the medium its spec names."}
+	}
+	reason := ReasonMediumWaitsTray
+	var msgs []string
+	for _, p := range ps {
+		field := fmt.Sprintf("spec.vm.disks[%d].cdrom.image", p.Index)
+		if p.Err == "" {
+			msgs = append(msgs, fmt.Sprintf("CD drive %s (%s): the change to %q waits for the guest to release the tray (unmount or eject the CD in the guest)", p.Drive, field, p.Image))
+			continue
+		}
+		reason = ReasonMediumFailed
+		msgs = append(msgs, fmt.Sprintf("CD drive %s (%s) is empty: %q cannot be opened: %s (the VM runs without it; fix the image or change the field to try again)", p.Drive, field, p.Image, p.Err))
+	}
+	return metav1.Condition{Type: ConditionMediaLoaded, Status: metav1.ConditionFalse, Reason: reason, Message: strings.Join(msgs, "; ") + "."}
+}
+
 func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string) metav1.Condition {
 	if on {
 		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: trueReason, Message: trueMsg}
@@ -495,5 +525,5 @@ func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string
 func sameStatus(a, b runner.Status) bool {
 	return a.Booted == b.Booted && a.CPUs == b.CPUs && a.RAM == b.RAM && a.Accelerator == b.Accelerator &&
 		a.ConsoleClient == b.ConsoleClient && a.DisplayPasswordSerial == b.DisplayPasswordSerial &&
-		reflect.DeepEqual(a.Guest, b.Guest)
+		reflect.DeepEqual(a.Guest, b.Guest) && slices.Equal(a.CDProblems, b.CDProblems)
 }

@@ -92,8 +92,9 @@ func TestReporter(t *testing.T) {
 		require.Equal(t, metav1.ConditionFalse, booted.Status)
 		require.Equal(t, ReasonGuestAgentNotConnected, booted.Reason)
 		require.Equal(t, gen, booted.ObservedGeneration)
+		require.Equal(t, metav1.ConditionTrue, condition(t, st, ConditionMediaLoaded).Status)
 		// Running and RestartRequired are the operator's conditions.
-		require.Len(t, st.Conditions, 1)
+		require.Len(t, st.Conditions, 2)
 
 		// The runner's fields belong to its field manager, on the status.
 		var owned bool
@@ -114,6 +115,21 @@ func TestReporter(t *testing.T) {
 		require.Equal(t, "desk", st.Hostname)
 		require.Equal(t, []v1.GuestInterface{{Name: "eth0", MAC: "52:54:00:12:34:56", IPAddresses: []string{"10.0.2.15/24", "fec0::5054:ff:fe12:3456/64"}}}, st.Interfaces)
 		require.JSONEq(t, `{"id": "debian", "pretty-name": "Debian GNU/Linux 12 (bookworm)", "version-id": "12"}`, string(st.OSInfo.Raw))
+		require.Equal(t, ReasonMediaLoaded, condition(t, st, ConditionMediaLoaded).Reason)
+
+		// A CD medium that cannot be opened, one that waits for the tray.
+		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2, CDProblems: []runner.CDProblem{
+			{Drive: "cd0", Index: 1, Image: "/var/local/vmop-image-repository/gone.iso", Err: "Could not open '/var/local/vmop-image-repository/gone.iso': No such file or directory"},
+			{Drive: "cd1", Index: 2, Image: "/var/local/vmop-image-repository/b.iso"},
+		}})
+		st = e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool {
+			return condition(t, st, ConditionMediaLoaded).Status == metav1.ConditionFalse
+		})
+		media := condition(t, st, ConditionMediaLoaded)
+		require.Equal(t, ReasonMediumFailed, media.Reason)
+		require.Equal(t, `CD drive cd0 (spec.vm.disks[1].cdrom.image) is empty: "/var/local/vmop-image-repository/gone.iso" cannot be opened: `+
+			`Could not open '/var/local/vmop-image-repository/gone.iso': No such file or directory (the VM runs without it; fix the image or change the field to try again); `+
+			`CD drive cd1 (spec.vm.disks[2].cdrom.image): the change to "/var/local/vmop-image-repository/b.iso" waits for the guest to release the tray (unmount or eject the CD in the guest).`, media.Message)
 
 		// Stop flushes a stopped VM before it returns.
 		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -245,7 +261,7 @@ func TestReporter(t *testing.T) {
 		st = e.waitStatus(t, "default", "shared", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
 		require.Equal(t, metav1.ConditionFalse, condition(t, st, "Ready").Status)
 		require.Equal(t, "node-1", st.Node)
-		require.Len(t, st.Conditions, 2)
+		require.Len(t, st.Conditions, 3) // Ready, Booted, MediaLoaded
 	})
 
 	t.Run("a missing VirtualMachine is looked up rarely and nothing is written", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerexit"
 )
 
 // Conditions are the pod-derived conditions of a VM.
@@ -105,8 +106,17 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 		default:
 			continue
 		}
+		t := cs.LastTerminationState.Terminated
+		if t != nil && t.ExitCode == runnerexit.QemuRefused {
+			// The message is the runner's error, ending with qemu's words.
+			msg := strings.TrimSpace(t.Message)
+			if msg == "" {
+				msg = "qemu refused to start the VM"
+			}
+			return Condition(v1.ConditionFailed, true, v1.ReasonQemuFailed, fmt.Sprintf("%s (%d restarts).", msg, cs.RestartCount)), true
+		}
 		msg := fmt.Sprintf("The runner failed %d times", cs.RestartCount)
-		if t := cs.LastTerminationState.Terminated; t != nil {
+		if t != nil {
 			msg += fmt.Sprintf("; last exit code %d", t.ExitCode)
 			if m := strings.TrimSpace(t.Message); m != "" {
 				msg += ": " + m

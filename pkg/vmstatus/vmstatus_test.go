@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerexit"
 )
 
 // failed is the Failed condition of a running VM's pod, and whether it
@@ -31,6 +32,15 @@ func TestPodFailure(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, v1.ReasonCrashLoop, c.Reason)
 	require.Equal(t, "The runner failed 5 times; last exit code 2: config: /Runner.vm.maximumRam: invalid size.", c.Message)
+
+	refused := crashing.DeepCopy()
+	refused.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{
+		ExitCode: runnerexit.QemuRefused, Message: "qemu refused to start (exited with code 1): qemu-system-x86_64: unable to find CPU model 'nehalem'",
+	}
+	c, ok = failed(refused)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonQemuFailed, c.Reason)
+	require.Equal(t, "qemu refused to start (exited with code 1): qemu-system-x86_64: unable to find CPU model 'nehalem' (5 restarts).", c.Message)
 
 	unschedulable := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
 		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,

@@ -66,9 +66,23 @@ func TestFaults(t *testing.T) {
 		deleteVM(t, ns, vm)
 	})
 
+	t.Run("qemu refuses to start", func(t *testing.T) {
+		const vm = "badcpu"
+		addGuestDisk(t, ns, vm)
+		// A CPU model this qemu does not know: only qemu can tell.
+		manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "    firmware: bios\n", "    firmware: bios\n    cpuModel: no-such-cpu\n", 1)
+		kubectl(t, manifest, "apply", "-f", "-")
+		kubectl(t, "", "vm", "start", "-n", ns, vm)
+		out := failedWith(t, vm, v1.ReasonQemuFailed)
+		require.Contains(t, out, "qemu-system-x86_64: unable to find CPU model 'no-such-cpu'")
+		deleteVM(t, ns, vm)
+	})
+
+	// The survivor's CD image is not in the image repository: the VM boots
+	// its disk without it, and says so.
 	const vm = "survivor"
 	addGuestDisk(t, ns, vm)
-	kubectl(t, fmt.Sprintf(guestVM, vm, ns), "apply", "-f", "-")
+	kubectl(t, strings.Replace(fmt.Sprintf(guestVM, vm, ns), `image: ""`, "image: gone.iso", 1), "apply", "-f", "-")
 
 	t.Run("operator restarted mid-start", func(t *testing.T) {
 		kubectl(t, "", "vm", "start", "-n", ns, vm)
@@ -76,6 +90,16 @@ func TestFaults(t *testing.T) {
 		kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
 		require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
 		waitConsole(t, ns, vm, testguest.ReadyLine, time.Minute)
+	})
+
+	t.Run("CD image missing", func(t *testing.T) {
+		eventually.Within(t, time.Minute, func() string {
+			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
+			if strings.Contains(out, "MediumUnavailable") && strings.Contains(out, "vmop-image-repository/gone.iso") {
+				return ""
+			}
+			return "kubectl vm status:\n" + out
+		})
 	})
 
 	t.Run("kubelet restarted", func(t *testing.T) {

@@ -8,6 +8,9 @@ const (
 	ConditionReady           = "Ready"
 	ConditionRestartRequired = "RestartRequired"
 	ConditionFailed          = "Failed"
+	// ConditionSpecWarnings is True while the spec asks for something it
+	// does not get as written (the warnings of kubectl vm render).
+	ConditionSpecWarnings = "SpecWarnings"
 )
 
 // Reasons of vm-operator's conditions. The Running condition's reason is
@@ -24,8 +27,11 @@ const (
 	ReasonInvalidSpec     = "InvalidSpec"
 	ReasonPodCreateFailed = "PodCreateFailed"
 	ReasonCrashLoop       = "RunnerCrashLoop"
+	ReasonQemuFailed      = "QemuFailed"
 	ReasonUnschedulable   = "Unschedulable"
 	ReasonImagePull       = "ImagePullFailed"
 	ReasonContainerCreate = "ContainerCreateFailed"
 	ReasonNoFailure       = "NoFailure"
+	ReasonWarnings        = "Warnings"
+	ReasonNoWarnings      = "NoWarnings"
 )

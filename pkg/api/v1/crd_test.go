@@ -190,8 +190,8 @@ func TestCRDQuantityPatterns(t *testing.T) {
 		{"1Ei", true, true}, {"1E", true, true}, {"1e3", true, true}, {"1E9", true, true},
 		{"1e-3", true, true}, {"1e+3", true, true}, {"+1", true, true}, {"+.5Gi", true, true},
 		{"00012", true, true},
-		// Negative sizes are quantities, but not RAM.
-		{"-1", true, false}, {"-1Gi", true, false}, {"-.5", true, false},
+		// Negative sizes are quantities, but neither RAM nor resources.
+		{"-1", false, false}, {"-1Gi", false, false}, {"-.5", false, false},
 		{"4Gx", false, false}, {"", false, false}, {"Gi", false, false}, {"e3", false, false},
 		{"+", false, false}, {".", false, false}, {"1.2.3", false, false}, {"1Ki1", false, false},
 		{"1e", false, false}, {"1 Gi", false, false}, {" 1", false, false}, {"1gi", false, false},
@@ -199,7 +199,7 @@ func TestCRDQuantityPatterns(t *testing.T) {
 	} {
 		require.Equal(t, tc.kube, kube.MatchString(tc.q), "resources pattern on %q", tc.q)
 		require.Equal(t, tc.ram, ram.MatchString(tc.q), "RAM pattern on %q", tc.q)
-		if tc.kube {
+		if tc.kube || strings.HasPrefix(tc.q, "-") {
 			_, err := resource.ParseQuantity(tc.q)
 			require.NoError(t, err, "pattern accepts %q", tc.q)
 		}

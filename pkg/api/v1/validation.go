@@ -2,27 +2,58 @@ package v1
 
 import (
 	"fmt"
-	"net"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/templates"
 )
 
 const (
 	// MaxNameLength keeps the pod's controller-revision-hash label
 	// ("<vm>-<10 char hash>") within the 63 characters of a label value.
 	MaxNameLength = 52
-	// MaxCPUs is qemu's limit for a q35 machine.
-	MaxCPUs = 4096
+	// MaxCPUs is the runner's limit (see runnerconfig.MaxCPUs).
+	MaxCPUs = runnerconfig.MaxCPUs
+	// MaxPowerdownTimeout bounds the pod's grace period: a day.
+	MaxPowerdownTimeout = 86400
+	// MaxNetworks and MaxVolumes keep a VM's PCI devices within the slots
+	// of q35's root bus; MaxCDROMs is the AHCI controller's ports.
+	MaxNetworks = 8
+	MaxVolumes  = 12
+	MaxCDROMs   = runnerconfig.MaxCDROMs
+	// maxBridgeName is Linux's limit for an interface name.
+	maxBridgeName = 15
+	// MaxOutputs and MaxUsbRedirects bound a display: qemu's virtio-vga
+	// takes 16 heads, and each redirect is a USB port.
+	MaxOutputs      = 16
+	MaxUsbRedirects = 16
 )
+
+// NICModels are the network devices a VM may name: those of qemu (7.2 and
+// later) that plug into q35's PCI bus or its USB controller.
+var NICModels = []string{
+	"virtio-net", "virtio-net-pci", "virtio-net-pci-transitional", "virtio-net-pci-non-transitional",
+	"e1000", "e1000-82540em", "e1000-82544gc", "e1000-82545em", "e1000e",
+	"i82550", "i82551", "i82557a", "i82557b", "i82557c", "i82558a", "i82558b",
+	"i82559a", "i82559b", "i82559c", "i82559er", "i82562", "i82801",
+	"ne2k_pci", "pcnet", "rtl8139", "tulip", "vmxnet3", "usb-net",
+}
+
+// RTCClocks are qemu's -rtc clock values.
+var RTCClocks = []string{"host", "rt", "vm"}
+
+// StreamingVideos are SPICE's streaming-video values.
+var StreamingVideos = []string{"off", "all", "filter"}
 
 // qemuWord is what may be spliced into a qemu option without escaping:
 // a comma would start a new option. A loop, not a regexp: it runs for
@@ -44,8 +75,17 @@ func (wordMatcher) MatchString(s string) bool {
 	return s != ""
 }
 
-// macAddress is the form qemu takes (and the CRD's pattern).
-var macAddress = regexp.MustCompile(`^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$`)
+// Patterns shared with the CRD, whose schema has the same ones.
+var (
+	// unicastMAC is the form qemu takes, of an address a NIC may have: the
+	// first octet's lowest bit clear (a multicast address is refused by
+	// guests).
+	unicastMAC = regexp.MustCompile(`^[0-9A-Fa-f][02468aceACE](:[0-9A-Fa-f]{2}){5}$`)
+	// canonicalUUID is what qemu's -uuid parses.
+	canonicalUUID = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
+	// rtcBase is qemu's -rtc base: utc, localtime or a start date.
+	rtcBase = regexp.MustCompile(`^(utc|localtime|[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}:[0-9]{2})?)$`)
+)
 
 // Validate returns every problem of a defaulted VirtualMachine at once,
 // each with its field path. Call Default first: validation checks the
@@ -74,11 +114,22 @@ func (vm *VirtualMachine) Validate() field.ErrorList {
 	spec := field.NewPath("spec")
 	errs = append(errs, vm.Spec.Image.validate(spec.Child("image"))...)
 	errs = append(errs, vm.Spec.CloudInit.validate(spec.Child("cloudInit"))...)
+	if t := vm.Spec.RunnerTemplate; t != nil {
+		if _, err := templates.Resolve(t.Source); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("runnerTemplate", "source"), t.Source,
+				"must be a file name in the runner's template directories, without a directory (or VM-Operator's Standard-VM template)"))
+		}
+	}
 	if lb := vm.Spec.LoadBalancerService; lb != nil {
 		p := spec.Child("loadBalancerService")
-		for k := range lb.Labels {
+		for k, v := range lb.Labels {
 			for _, msg := range validation.IsQualifiedName(k) {
 				errs = append(errs, field.Invalid(p.Child("labels").Key(k), k, msg))
+			}
+			if v != nil {
+				for _, msg := range validation.IsValidLabelValue(*v) {
+					errs = append(errs, field.Invalid(p.Child("labels").Key(k), *v, msg))
+				}
 			}
 		}
 		for k := range lb.Annotations {
@@ -87,6 +138,7 @@ func (vm *VirtualMachine) Validate() field.ErrorList {
 			}
 		}
 	}
+	errs = append(errs, vm.Spec.validatePodFields(spec)...)
 	errs = append(errs, vm.Spec.VM.validate(spec.Child("vm"))...)
 	return errs
 }
@@ -108,6 +160,9 @@ func (vm *VirtualMachine) Warnings() []string {
 	}
 	if vm.Spec.LoadBalancerService != nil && (vm.Spec.VM.Display == nil || vm.Spec.VM.Display.Spice == nil) {
 		w = append(w, "spec.loadBalancerService is ignored: the VM has no SPICE display to expose")
+	}
+	if t := vm.Spec.RunnerTemplate; t != nil && templates.IsVMOperatorStandard(t.Source) {
+		w = append(w, fmt.Sprintf("spec.runnerTemplate.source %s is VM-Operator's template: vmop's %s takes its place", t.Source, templates.Standard))
 	}
 	if d := vm.Spec.VM.Display; d != nil && d.Spice != nil && d.Spice.Ticket != "" {
 		w = append(w, "spec.vm.display.spice.ticket is deprecated and ignored: use a display Secret")
@@ -169,29 +224,24 @@ func (v *VMSpec) validate(p *field.Path) field.ErrorList {
 	if !slices.Contains(Firmwares, v.Firmware) {
 		errs = append(errs, field.NotSupported(p.Child("firmware"), v.Firmware, Firmwares))
 	}
-	if v.MachineUUID != "" {
-		if _, err := uuid.Parse(v.MachineUUID); err != nil {
-			errs = append(errs, field.Invalid(p.Child("machineUuid"), v.MachineUUID, "must be a UUID"))
-		}
+	if v.MachineUUID != "" && !canonicalUUID.MatchString(v.MachineUUID) {
+		errs = append(errs, field.Invalid(p.Child("machineUuid"), v.MachineUUID, "must be a UUID in its 8-4-4-4-12 hex digit form"))
 	}
-	if t := v.PowerdownTimeout; t != nil && *t < 0 {
-		errs = append(errs, field.Invalid(p.Child("powerdownTimeout"), *t, "must be 0 or more seconds"))
+	if t := v.PowerdownTimeout; t != nil && (*t < 0 || *t > MaxPowerdownTimeout) {
+		errs = append(errs, field.Invalid(p.Child("powerdownTimeout"), *t, fmt.Sprintf("must be between 0 and %d seconds", MaxPowerdownTimeout)))
 	}
 	if v.CPUModel != "" && !qemuWord.MatchString(v.CPUModel) {
 		errs = append(errs, field.Invalid(p.Child("cpuModel"), v.CPUModel, "must be a qemu CPU model name (letters, digits, _ . : + -)"))
 	}
 	errs = append(errs, v.validateCPUs(p)...)
 	errs = append(errs, v.validateRAM(p)...)
-	for _, f := range []struct {
-		name, value string
-	}{{"rtcBase", v.RTCBase}, {"rtcClock", v.RTCClock}} {
-		if !qemuWord.MatchString(f.value) {
-			errs = append(errs, field.Invalid(p.Child(f.name), f.value, "must be a single qemu -rtc value (letters, digits, _ . : + -)"))
-		}
+	if !rtcBase.MatchString(v.RTCBase) {
+		errs = append(errs, field.Invalid(p.Child("rtcBase"), v.RTCBase, "must be utc, localtime or a date such as 2006-06-17 or 2006-06-17T16:01:21"))
 	}
-	for i := range v.Networks {
-		errs = append(errs, v.Networks[i].validate(p.Child("networks").Index(i))...)
+	if !slices.Contains(RTCClocks, v.RTCClock) {
+		errs = append(errs, field.NotSupported(p.Child("rtcClock"), v.RTCClock, RTCClocks))
 	}
+	errs = append(errs, v.validateNetworks(p.Child("networks"))...)
 	errs = append(errs, v.validateDisks(p.Child("disks"))...)
 	errs = append(errs, v.Display.validate(p.Child("display"))...)
 	return errs
@@ -259,6 +309,37 @@ func (v *VMSpec) validateRAM(p *field.Path) field.ErrorList {
 	return errs
 }
 
+func (v *VMSpec) validateNetworks(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(v.Networks) > MaxNetworks {
+		errs = append(errs, field.TooMany(p, len(v.Networks), MaxNetworks))
+	}
+	macs := map[string]int{}
+	for i := range v.Networks {
+		np := p.Index(i)
+		errs = append(errs, v.Networks[i].validate(np)...)
+		mac := strings.ToLower(v.Networks[i].mac())
+		if mac == "" {
+			continue
+		}
+		if prev, dup := macs[mac]; dup {
+			errs = append(errs, field.Duplicate(np, fmt.Sprintf("mac %s (also networks[%d])", mac, prev)))
+		}
+		macs[mac] = i
+	}
+	return errs
+}
+
+func (n *Network) mac() string {
+	switch {
+	case n.Tap != nil:
+		return n.Tap.MAC
+	case n.User != nil:
+		return n.User.MAC
+	}
+	return ""
+}
+
 func (n *Network) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	var device, mac string
@@ -268,33 +349,40 @@ func (n *Network) validate(p *field.Path) field.ErrorList {
 	case n.Tap != nil:
 		p = p.Child("tap")
 		device, mac = n.Tap.Device, n.Tap.MAC
-		if !qemuWord.MatchString(n.Tap.Bridge) {
-			errs = append(errs, field.Invalid(p.Child("bridge"), n.Tap.Bridge, "must be a bridge interface name"))
+		if b := n.Tap.Bridge; len(b) > maxBridgeName || !qemuWord.MatchString(b) || strings.Contains(b, ":") || b == "." || b == ".." {
+			errs = append(errs, field.Invalid(p.Child("bridge"), b, fmt.Sprintf("must be a network interface name (at most %d letters, digits, _ . + -)", maxBridgeName)))
 		}
 	case n.User != nil:
 		p = p.Child("user")
 		device, mac = n.User.Device, n.User.MAC
-		if n.User.Net != "" {
-			if _, _, err := net.ParseCIDR(n.User.Net); err != nil {
-				errs = append(errs, field.Invalid(p.Child("net"), n.User.Net, "must be a network in CIDR notation, e.g. 10.0.2.0/24"))
-			}
+		if n.User.Net != "" && !userNet(n.User.Net) {
+			errs = append(errs, field.Invalid(p.Child("net"), n.User.Net, "must be an IPv4 network in CIDR notation with a prefix of 4 to 27 bits, e.g. 10.0.2.0/24"))
 		}
 	default:
 		return append(errs, field.Required(p, "one of tap or user"))
 	}
-	if !qemuWord.MatchString(device) {
-		errs = append(errs, field.Invalid(p.Child("device"), device, "must be a qemu network device model"))
+	if !slices.Contains(NICModels, device) {
+		errs = append(errs, field.NotSupported(p.Child("device"), device, NICModels))
 	}
-	if mac != "" && !macAddress.MatchString(mac) {
-		errs = append(errs, field.Invalid(p.Child("mac"), mac, "must be a MAC address such as 52:54:00:12:34:56"))
+	if mac != "" && !unicastMAC.MatchString(mac) {
+		errs = append(errs, field.Invalid(p.Child("mac"), mac, "must be a unicast MAC address such as 52:54:00:12:34:56"))
 	}
 	return errs
+}
+
+// userNet tells whether qemu's user network can be s: IPv4, a prefix that
+// qemu takes (4 or more bits) and room for its DHCP range, which starts at
+// the 16th address.
+func userNet(s string) bool {
+	prefix, err := netip.ParsePrefix(s)
+	return err == nil && prefix.Addr().Is4() && prefix.Bits() >= 4 && prefix.Bits() <= 27
 }
 
 func (v *VMSpec) validateDisks(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	names := sets.New[string]()
 	bootindexes := map[int32]int{}
+	volumes, cds := 0, 0
 	for i := range v.Disks {
 		d := &v.Disks[i]
 		dp := p.Index(i)
@@ -312,14 +400,22 @@ func (v *VMSpec) validateDisks(p *field.Path) field.ErrorList {
 		case d.VolumeClaimTemplate != nil && d.CDROM != nil:
 			errs = append(errs, field.Invalid(dp, "volumeClaimTemplate, cdrom", "must have exactly one of volumeClaimTemplate or cdrom"))
 		case d.VolumeClaimTemplate != nil:
+			volumes++
 			errs = append(errs, v.validateVolumeClaimTemplate(i, dp.Child("volumeClaimTemplate"), names)...)
 		case d.CDROM != nil:
+			cds++
 			if img := d.CDROM.Image; strings.ContainsAny(img, "\n\x00") {
 				errs = append(errs, field.Invalid(dp.Child("cdrom", "image"), img, "must be a path or URL on one line"))
 			}
 		default:
 			errs = append(errs, field.Required(dp, "one of volumeClaimTemplate or cdrom"))
 		}
+	}
+	if volumes > MaxVolumes {
+		errs = append(errs, field.Invalid(p, fmt.Sprintf("%d volumeClaimTemplate disks", volumes), fmt.Sprintf("must have at most %d", MaxVolumes)))
+	}
+	if cds > MaxCDROMs {
+		errs = append(errs, field.Invalid(p, fmt.Sprintf("%d cdrom disks", cds), fmt.Sprintf("must have at most %d", MaxCDROMs)))
 	}
 	return errs
 }
@@ -344,6 +440,14 @@ func (v *VMSpec) validateVolumeClaimTemplate(i int, p *field.Path, names sets.Se
 		// need an image file on it, which nothing creates.
 		errs = append(errs, field.NotSupported(sp.Child("volumeMode"), m, []corev1.PersistentVolumeMode{corev1.PersistentVolumeBlock}))
 	}
+	storage, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]
+	switch sp := sp.Child("resources", "requests").Key(string(corev1.ResourceStorage)); {
+	case !ok:
+		errs = append(errs, field.Required(sp, "the disk's size, e.g. 20Gi"))
+	case storage.Sign() <= 0:
+		errs = append(errs, field.Invalid(sp, storage.String(), "must be more than 0"))
+	}
+	errs = append(errs, validateResourceList(t.Spec.Resources.Limits, sp.Child("resources", "limits"))...)
 	for j, m := range t.Spec.AccessModes {
 		switch m {
 		case corev1.ReadWriteOnce, corev1.ReadWriteMany, corev1.ReadOnlyMany, corev1.ReadWriteOncePod:
@@ -360,8 +464,8 @@ func (v *VMSpec) validateVolumeClaimTemplate(i int, p *field.Path, names sets.Se
 
 func (d *Display) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if o := *d.Outputs; o < 1 || o > 16 {
-		errs = append(errs, field.Invalid(p.Child("outputs"), o, "must be between 1 and 16"))
+	if o := *d.Outputs; o < 1 || o > MaxOutputs {
+		errs = append(errs, field.Invalid(p.Child("outputs"), o, fmt.Sprintf("must be between 1 and %d", MaxOutputs)))
 	}
 	sp := d.Spice
 	if sp == nil {
@@ -371,8 +475,11 @@ func (d *Display) validate(p *field.Path) field.ErrorList {
 	if port := *sp.Port; port < 1 || port > 65535 {
 		errs = append(errs, field.Invalid(p.Child("port"), port, "must be between 1 and 65535"))
 	}
-	if n := *sp.UsbRedirects; n < 0 || n > 16 {
-		errs = append(errs, field.Invalid(p.Child("usbRedirects"), n, "must be between 0 and 16"))
+	if n := *sp.UsbRedirects; n < 0 || n > MaxUsbRedirects {
+		errs = append(errs, field.Invalid(p.Child("usbRedirects"), n, fmt.Sprintf("must be between 0 and %d", MaxUsbRedirects)))
+	}
+	if sv := sp.StreamingVideo; sv != "" && !slices.Contains(StreamingVideos, sv) {
+		errs = append(errs, field.NotSupported(p.Child("streamingVideo"), sv, StreamingVideos))
 	}
 	return errs
 }

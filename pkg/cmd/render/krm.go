@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 
@@ -13,32 +14,52 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 )
 
+// maxResourceList bounds the ResourceList read. It holds every resource
+// of a kustomization in one document, so it gets more room than one
+// manifest (manifest.MaxDocumentSize); kustomize itself holds and writes
+// as much before it calls the function.
+const maxResourceList = 16 << 20
+
 // RunFunction runs render as a KRM function (kustomize, kpt): it reads a
 // ResourceList from in and writes it to out with every VirtualMachine
 // replaced by its rendered objects. Problems become error results, and the
-// error it returns makes the function exit non-zero.
+// error it returns makes the function exit non-zero. Input above 16 MiB is
+// refused after reading that much.
 func RunFunction(in io.Reader, out io.Writer) error {
+	data, err := manifest.ReadAll(in, maxResourceList)
+	if err == nil {
+		err = manifest.CheckUTF8(data) // yaml.v3 would not name the line
+	}
+	if err != nil {
+		return fmt.Errorf("ResourceList: %w", err)
+	}
 	return framework.Execute(framework.ResourceListProcessorFunc(renderResourceList),
-		&kio.ByteReadWriter{Reader: in, Writer: out, KeepReaderAnnotations: true})
+		&kio.ByteReadWriter{Reader: bytes.NewReader(data), Writer: out, KeepReaderAnnotations: true})
 }
 
 func renderResourceList(rl *framework.ResourceList) error {
 	var items []*yaml.RNode
 	var results framework.Results
+	seen := map[string]int{}
 	for _, item := range rl.Items {
-		if !v1.IsVirtualMachine(item.GetApiVersion(), item.GetKind()) {
-			items = append(items, item)
-			continue
-		}
-		data, err := item.MarshalJSON()
-		if err != nil {
-			return err
-		}
-		objs, problems, warnings := render.FromJSON(data, render.StreamOptions{})
 		ref := &yaml.ResourceIdentifier{
 			TypeMeta: yaml.TypeMeta{APIVersion: item.GetApiVersion(), Kind: item.GetKind()},
 			NameMeta: yaml.NameMeta{Name: item.GetName(), Namespace: item.GetNamespace()},
 		}
+		if err := duplicateKey(item.YNode(), seen); err != nil {
+			results = append(results, errorResult(err, ref))
+			continue
+		}
+		if !v1.IsVirtualMachine(item.GetApiVersion(), item.GetKind()) {
+			items = append(items, item)
+			continue
+		}
+		data, err := toJSON(item)
+		if err != nil { // aliases that expand too far, say
+			results = append(results, errorResult(err, ref))
+			continue
+		}
+		objs, problems, warnings := render.FromJSON(data, render.StreamOptions{})
 		results = append(results, toResults(problems, framework.Error, ref)...)
 		results = append(results, toResults(warnings, framework.Warning, ref)...)
 		if objs == nil {
@@ -58,6 +79,47 @@ func renderResourceList(rl *framework.ResourceList) error {
 	}
 	rl.Items = items
 	return nil
+}
+
+// toJSON converts an item as the render command converts a document, so
+// that a VM means the same in both (YAML 1.1 booleans, say), and its
+// aliases are bounded alike.
+func toJSON(item *yaml.RNode) ([]byte, error) {
+	y, err := item.String() // aliases stay aliases
+	if err != nil {
+		return nil, err
+	}
+	return manifest.YAMLToJSON([]byte(y))
+}
+
+// duplicateKey finds the first key that a mapping under n repeats, with
+// its lines in the input: the render command refuses those too. seen is
+// scratch space. Aliases are not followed (their targets are walked where
+// they are defined), so no alias is expanded.
+func duplicateKey(n *yaml.Node, seen map[string]int) error {
+	if n.Kind == yaml.MappingNode {
+		clear(seen)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				continue
+			}
+			if line, ok := seen[k.Value]; ok {
+				return fmt.Errorf("line %d: key %q already set at line %d", k.Line, k.Value, line)
+			}
+			seen[k.Value] = k.Line
+		}
+	}
+	for _, c := range n.Content {
+		if err := duplicateKey(c, seen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func errorResult(err error, ref *yaml.ResourceIdentifier) *framework.Result {
+	return &framework.Result{Message: err.Error(), Severity: framework.Error, ResourceRef: ref}
 }
 
 func toResults(ps []render.Problem, sev framework.Severity, ref *yaml.ResourceIdentifier) framework.Results {

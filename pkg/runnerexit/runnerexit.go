@@ -1,0 +1,15 @@
+// Package runnerexit holds vm-runner's exit codes. A pod's status carries
+// its container's last exit code, so that vm-operator and kubectl vm status
+// tell from it why a runner ended without linking the runner itself.
+package runnerexit
+
+const (
+	Clean   = 0 // the guest shut down (by itself, or when asked)
+	Failed  = 1 // the runner could not start the VM
+	Config  = 2 // the config file is invalid; qemu was not started
+	Forced  = 3 // the guest did not shut down within powerdownTimeout
+	Crashed = 4 // qemu ended without a guest shutdown
+	// QemuRefused: qemu exited while starting; the runner's error (its
+	// termination message in a pod) ends with qemu's last line, its reason.
+	QemuRefused = 5
+)
