@@ -1,11 +1,11 @@
-# vmop: make build | test | e2e | cluster | kwok-cluster | bench | fuzz | generate | example
+# vmop: make build | test | e2e | cluster | kwok-cluster | bench | fuzz | contract | generate | example
 GO        ?= go
 BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X github.com/vmop/vmop/pkg/version.Version=$(VERSION)
 FUZZTIME  ?= 30s
 
-.PHONY: all build test e2e cluster kwok-cluster deps bench fuzz generate example vet images push-images
+.PHONY: all build test e2e cluster kwok-cluster deps bench fuzz contract generate example vet images push-images
 
 all: build
 
@@ -61,6 +61,16 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./pkg/... | hack/bench-table.sh
 	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -run '^$$' -bench . -benchtime 1x ./test/e2e | hack/bench-table.sh
 	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -run '^$$' -bench . -benchtime 1x ./test/node | hack/bench-table.sh
+
+## The contract test's long run: CONTRACT_SPECS random VirtualMachines
+## from the CRD's schema (seed CONTRACT_SEED) on the API server, and qemu
+## started for the first CONTRACT_QEMU that it accepts.
+CONTRACT_SPECS ?= 5000
+CONTRACT_QEMU  ?= 300
+CONTRACT_SEED  ?= 2
+contract: deps
+	VMOP_CONTRACT_SPECS=$(CONTRACT_SPECS) VMOP_CONTRACT_QEMU=$(CONTRACT_QEMU) VMOP_CONTRACT_SEED=$(CONTRACT_SEED) \
+		VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 60m -v -run '^TestContract$$' ./test/contract
 
 ## Each fuzz target for FUZZTIME.
 fuzz:

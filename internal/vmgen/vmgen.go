@@ -89,8 +89,12 @@ func (g *Generator) value(path string, s *apiextensionsv1.JSONSchemaProps) any {
 		}
 		return m
 	case s.Type == "array":
+		n := g.rnd.IntN(4)
+		if s.MaxItems != nil && g.odd() {
+			n = int(*s.MaxItems) + g.rnd.IntN(2) // at the limit, or one over
+		}
 		var items []any
-		for range g.rnd.IntN(4) {
+		for range n {
 			items = append(items, g.value(path+"[]", s.Items.Schema))
 		}
 		return items

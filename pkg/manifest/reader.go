@@ -26,9 +26,9 @@ type Document struct {
 
 // MaxDocumentSize bounds one document, in a stream or a config file. The
 // API server takes request bodies of at most 3 MiB, so no object that can
-// be applied is larger; converting a document costs up to some 170 times
-// its size in memory (full YAML with many tiny nodes), so a bound of a
-// few MiB is what keeps that within reach of a laptop.
+// be applied is larger. Converting a document allocates up to some 200
+// times its size (full YAML of many tiny nodes: 800 MiB for 4 MiB), so a
+// bound of a few MiB, not tens, keeps that within reach of a laptop.
 const MaxDocumentSize = 4 << 20
 
 // ErrTooLarge is the error, wrapped with the limit, for input above a size

@@ -38,6 +38,7 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/runnerexit"
 )
 
 // Bounds of the run in make test: a few seconds of API calls and a few
@@ -61,7 +62,7 @@ func envInt(t *testing.T, name string, def int) int {
 
 // tally counts what a run saw, for its log line.
 type tally struct {
-	specs, accepted, rejected, qemu, cdProblems int
+	specs, accepted, rejected, qemu, cdProblems, nodeOnly int
 }
 
 func TestContract(t *testing.T) {
@@ -89,8 +90,8 @@ func TestContract(t *testing.T) {
 			t.Logf("the spec:\n%s", specYAML(u))
 		}
 	}
-	t.Logf("seed %d: %d specs in %s: %d accepted by both, %d refused by both; %d qemu starts (%d with a CD drive left empty)",
-		seed, n.specs, time.Since(started).Round(time.Second), n.accepted, n.rejected, n.qemu, n.cdProblems)
+	t.Logf("seed %d: %d specs in %s: %d accepted by both, %d refused by both; %d qemu starts (%d with a CD drive left empty, %d refused for a CPU model only the node's qemu knows)",
+		seed, n.specs, time.Since(started).Round(time.Second), n.accepted, n.rejected, n.qemu, n.cdProblems, n.nodeOnly)
 	require.NotZero(t, n.accepted, "no spec was accepted: the generator is broken")
 	require.NotZero(t, n.rejected, "no spec was refused: the generator draws no edge cases")
 }
@@ -188,6 +189,15 @@ func specYAML(u *unstructured.Unstructured) string {
 	return string(b)
 }
 
+// nodeOnly tells whether err is qemu refusing what only the node's qemu
+// can judge: a CPU model it does not know (models come and go with qemu
+// versions). Such a refusal must come as runnerexit.QemuRefused with
+// qemu's words, which the VM's Failed condition (QemuFailed) shows.
+func nodeOnly(err error) bool {
+	var exit *runner.ExitError
+	return errors.As(err, &exit) && exit.Code == runnerexit.QemuRefused && strings.Contains(err.Error(), "unable to find CPU model")
+}
+
 // qemuChecker starts each VM's runner config with vm-runner's Check: qemu
 // paused, the config applied over QMP, qemu quit. What a pod provides is
 // replaced by the test's: a sparse file for each claim, an image
@@ -199,7 +209,7 @@ type qemuChecker struct {
 func newQemuChecker(t *testing.T) *qemuChecker {
 	repo := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(repo, "isos"), 0o755))
-	for _, f := range []string{"debian.iso", "isos/debian.iso"} {
+	for _, f := range []string{"debian.iso", "isos/debian.iso", "a,b.iso"} {
 		require.NoError(t, os.WriteFile(filepath.Join(repo, f), make([]byte, 4096), 0o644))
 	}
 	return &qemuChecker{repo: repo}
@@ -239,10 +249,15 @@ func (q *qemuChecker) check(t *testing.T, u *unstructured.Unstructured, n *tally
 	defer cancel()
 	err = r.Check(ctx)
 	n.qemu++
+	if nodeOnly(err) {
+		n.nodeOnly++
+		return
+	}
 	require.NoError(t, err, "qemu refused a VM that the API server and validation accept; qemu said:\n%s", out.String())
 	for _, p := range r.Status().CDProblems {
-		// Only media that do not exist may be missing.
-		if !strings.Contains(p.Image, "missing") {
+		// Only media that do not exist may be missing: the pools' URL
+		// points at a closed port of this host.
+		if _, err := os.Stat(p.Image); err == nil || (strings.Contains(p.Image, "://") && !strings.Contains(p.Image, "missing")) {
 			t.Errorf("CD drive %s: %s: %s", p.Drive, p.Image, p.Err)
 		}
 		n.cdProblems++

@@ -187,6 +187,19 @@ func TestOperator(t *testing.T) {
 		require.Equal(t, v1.ReasonStarting, condition(st, v1.ConditionRunning).Reason)
 	})
 
+	t.Run("RAM that is no whole MiB is rounded up and the status says so", func(t *testing.T) {
+		ns := e.namespace("warnings", nil)
+		e.createVM(ns, strings.Replace(fmt.Sprintf(runningVM, "vm256m"), "maximumRam: 2Gi\n    currentRam: 1Gi", "maximumRam: 256M", 1))
+		st := e.waitStatus(ns, "vm256m", 60*time.Second, "SpecWarnings", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, v1.ConditionSpecWarnings).Status == metav1.ConditionTrue
+		})
+		w := condition(st, v1.ConditionSpecWarnings)
+		require.Equal(t, v1.ReasonWarnings, w.Reason)
+		require.Equal(t, "spec.vm.maximumRam 256M is not a whole number of MiB: the VM gets 245Mi (qemu sizes RAM in MiB).", w.Message)
+		require.Equal(t, metav1.ConditionFalse, condition(st, v1.ConditionFailed).Status)
+		require.EqualValues(t, 245<<20, e.runnerConfig(t, ns, "vm256m").VM.MaximumRAM.Bytes, "the runner gives the VM whole MiB")
+	})
+
 	t.Run("a rejected write is retried until it succeeds", func(t *testing.T) {
 		ns := e.namespace("retry", nil)
 		e.denyConfigMaps(t, ns)

@@ -277,6 +277,11 @@ var invalidVMs = []struct {
 var celInvalidVMs = []struct{ name, patch, want string }{
 	{"more current than maximum CPUs", `vm: {maximumCpus: 2, currentCpus: 3}`, `spec.vm.currentCpus: Invalid value: must not exceed maximumCpus`},
 	{"more current than maximum RAM", `vm: {maximumRam: 1Gi, currentRam: 2G}`, `spec.vm.currentRam: Invalid value: must not exceed maximumRam`},
+	{"more current than the default maximum RAM", `vm: {currentRam: 2Gi}`, `spec.vm.currentRam: Invalid value: must not exceed maximumRam (1Gi when absent)`},
+	{"RAM below 1Mi", `vm: {maximumRam: 1Ki}`, `spec.vm.maximumRam: Invalid value: must be at least 1Mi`},
+	{"topology beyond maximumCpus", `vm: {maximumCpus: 4, cpuTopology: {sockets: 1, coresPerDie: 2, threadsPerCore: 1}}`, `spec.vm.cpuTopology: Invalid value: the topology's CPUs do not fit maximumCpus`},
+	{"duplicate MACs", `vm: {networks: [{user: {mac: "52:54:00:00:00:01"}}, {tap: {mac: "52:54:00:00:00:01"}}]}`, `spec.vm.networks: Invalid value: two networks have the same mac`},
+	{"IPv6 user network", `vm: {networks: [{user: {net: "fd00::/64"}}]}`, `must be an IPv4 network in CIDR notation with a prefix of 4 to 27 bits`},
 	{"image source and repository", `image: {source: a/b:c, repository: a}`, `spec.image: Invalid value: give either source or repository/path/version, not both`},
 }
 

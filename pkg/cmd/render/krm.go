@@ -20,6 +20,12 @@ import (
 // as much before it calls the function.
 const maxResourceList = 16 << 20
 
+// maxResourceListNodes bounds the YAML nodes of a ResourceList, which
+// kyaml spends some 1.5 KiB each on to read and write back: in 16 MiB,
+// manifests have about a million, but flow lists like "[[a],[a]..." could
+// have eight.
+const maxResourceListNodes = 1 << 20
+
 // RunFunction runs render as a KRM function (kustomize, kpt): it reads a
 // ResourceList from in and writes it to out with every VirtualMachine
 // replaced by its rendered objects. Problems become error results, and the
@@ -38,6 +44,10 @@ func RunFunction(in io.Reader, out io.Writer) error {
 }
 
 func renderResourceList(rl *framework.ResourceList) error {
+	if n := countNodes(rl.Items, maxResourceListNodes); n > maxResourceListNodes {
+		rl.Items = nil // writing them back is what costs most
+		return fmt.Errorf("ResourceList: more than %d YAML nodes", maxResourceListNodes)
+	}
 	var items []*yaml.RNode
 	var results framework.Results
 	seen := map[string]int{}
@@ -90,6 +100,27 @@ func toJSON(item *yaml.RNode) ([]byte, error) {
 		return nil, err
 	}
 	return manifest.YAMLToJSON([]byte(y))
+}
+
+// countNodes counts the nodes of items, stopping once past limit.
+func countNodes(items []*yaml.RNode, limit int) int {
+	n := 0
+	for _, it := range items {
+		if n += nodes(it.YNode(), limit-n); n > limit {
+			break
+		}
+	}
+	return n
+}
+
+func nodes(n *yaml.Node, limit int) int {
+	c := 1
+	for _, k := range n.Content {
+		if c += nodes(k, limit-c); c > limit {
+			break
+		}
+	}
+	return c
 }
 
 // duplicateKey finds the first key that a mapping under n repeats, with
