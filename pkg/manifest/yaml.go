@@ -367,7 +367,9 @@ func unescape(inner []byte) (out []byte, ok bool) {
 
 // literalOK tells whether a multi-line string can be a literal block.
 func literalOK(s string) bool {
-	if strings.IndexByte(s, '\n') < 0 || len(s) == 0 || s[0] == ' ' || s[0] == '\n' {
+	// The first line sets the block's indent: a space or tab there would
+	// be read as more indent (libyaml refuses the tab).
+	if strings.IndexByte(s, '\n') < 0 || len(s) == 0 || s[0] == ' ' || s[0] == '\t' || s[0] == '\n' {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

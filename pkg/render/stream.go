@@ -43,8 +43,9 @@ type StreamOptions struct {
 // Stream renders every VirtualMachine of a manifest stream to w and copies
 // the other documents unchanged. It reads one document at a time, so memory
 // does not grow with the stream. It goes on after a bad document to report
-// every problem; once there is one, it stops writing, and the output is not
-// to be used. err is an I/O error that ended the stream early.
+// every problem, except after one above manifest.MaxDocumentSize, whose
+// end may never come; once there is one, it stops writing, and the output
+// is not to be used. err is an I/O error that ended the stream early.
 func Stream(r io.Reader, source string, w *manifest.Writer, opts StreamOptions) (problems []Problem, err error) {
 	dr := manifest.NewReader(r)
 	for {

@@ -150,7 +150,7 @@ var knownDifferences = []string{
 	"spec.vm.disks[*].volumeClaimTemplate.metadata.labels",
 	"spec.vm.disks[*].volumeClaimTemplate.metadata.annotations",
 	"spec.vm.disks[*].volumeClaimTemplate.spec.resources.requests[storage]", // 0
-	"spec.resources.requests", // above its limit
+	"spec.resources.requests",                                               // above its limit
 }
 
 // knownDifference tells whether err is validation's and names only fields

@@ -47,6 +47,19 @@ func TestHostileFunction(t *testing.T) {
 	}
 }
 
+// TestHostileFunctionNodes: a list of many tiny nodes is refused before
+// kyaml writes it back, which would cost some 1.5 GiB more.
+func TestHostileFunctionNodes(t *testing.T) {
+	in := "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- {apiVersion: v1, kind: ConfigMap, x: [" + strings.Repeat("a,", 1<<20) + "a]}\n"
+	var out bytes.Buffer
+	var err error
+	n := hostile.Allocated(func() { err = render.RunFunction(strings.NewReader(in), &out) })
+	t.Logf("allocated %.1f MiB", float64(n)/(1<<20))
+	require.ErrorContains(t, err, "ResourceList: more than 1048576 YAML nodes")
+	require.NotContains(t, out.String(), "a, a")
+	require.Less(t, n, uint64(8*hostile.MemoryBound), "reading costs what kyaml takes")
+}
+
 // TestHostileFunctionAliases: anchors and aliases in an item passed through
 // are written as they came, not expanded.
 func TestHostileFunctionAliases(t *testing.T) {

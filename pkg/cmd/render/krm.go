@@ -20,10 +20,10 @@ import (
 // as much before it calls the function.
 const maxResourceList = 16 << 20
 
-// maxResourceListNodes bounds the YAML nodes of a ResourceList, which
-// kyaml spends some 1.5 KiB each on to read and write back: in 16 MiB,
-// manifests have about a million, but flow lists like "[[a],[a]..." could
-// have eight.
+// maxResourceListNodes bounds the YAML nodes of a ResourceList: kyaml
+// spends some 1.5 KiB of memory on each to read and write the list, 1.5
+// GiB for this many, which manifests have in about 11 MiB. A flow list
+// ("[a,a,...") has one every two bytes, eight million in 16 MiB.
 const maxResourceListNodes = 1 << 20
 
 // RunFunction runs render as a KRM function (kustomize, kpt): it reads a
