@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,19 +26,23 @@ func TestFaults(t *testing.T) {
 
 	// failedWith waits until kubectl vm status shows the Failed condition
 	// with reason, and returns what it shows.
+	// A crash-looping runner is Running for a moment between back-offs,
+	// so the condition and kubectl vm status are read in one go.
 	failedWith := func(t *testing.T, vm, reason string) string {
 		t.Helper()
+		shown := regexp.MustCompile(`Failed\s+True\s+` + reason)
 		var out string
 		eventually.Within(t, 2*time.Minute, func() string {
 			for _, c := range vmStatus(t, ns, vm).Conditions {
 				if c.Type == v1.ConditionFailed && c.Status == metav1.ConditionTrue && c.Reason == reason {
-					out = kubectl(t, "", "vm", "status", "-n", ns, vm)
-					return ""
+					if out = kubectl(t, "", "vm", "status", "-n", ns, vm); shown.MatchString(out) {
+						return ""
+					}
+					return "kubectl vm status does not show it (yet):\n" + out
 				}
 			}
 			return fmt.Sprintf("no Failed condition %s: %+v", reason, vmStatus(t, ns, vm).Conditions)
 		})
-		require.Contains(t, out, reason, "kubectl vm status")
 		return out
 	}
 
@@ -72,10 +77,12 @@ func TestFaults(t *testing.T) {
 		// A CPU model this qemu does not know: only qemu can tell.
 		manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "    firmware: bios\n", "    firmware: bios\n    cpuModel: no-such-cpu\n", 1)
 		kubectl(t, manifest, "apply", "-f", "-")
+		// Also when the test fails (a deferred call still has t's context):
+		// its pod would hold the node's CPUs.
+		defer deleteVM(t, ns, vm)
 		kubectl(t, "", "vm", "start", "-n", ns, vm)
 		out := failedWith(t, vm, v1.ReasonQemuFailed)
 		require.Contains(t, out, "qemu-system-x86_64: unable to find CPU model 'no-such-cpu'")
-		deleteVM(t, ns, vm)
 	})
 
 	// The survivor's CD image is not in the image repository: the VM boots
