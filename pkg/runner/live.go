@@ -69,7 +69,7 @@ func (l *liveState) apply(ctx context.Context, c *runnerconfig.Config) error {
 		}
 	}
 	i := 0
-	for index, d := range c.VM.Drives {
+	for _, d := range c.VM.Drives {
 		if d.Type != runnerconfig.DriveCDROM {
 			continue
 		}
@@ -80,7 +80,7 @@ func (l *liveState) apply(ctx context.Context, c *runnerconfig.Config) error {
 		}
 		// A medium is about one drive, not the VM: its failure leaves the
 		// drive empty and shows in the status.
-		l.changeCD(ctx, id, index, d.File)
+		l.changeCD(ctx, id, d.File)
 	}
 	l.cdStatus()
 	if err := l.updatePassword(ctx); err != nil {
@@ -194,10 +194,10 @@ func (l *liveState) countCPUs(ctx context.Context) error {
 	return nil
 }
 
-// changeCD puts file into drive id, the config's drive index (empty file:
-// removes the medium). The tray is opened first; a guest that locked it
-// delays the change until it releases the tray (DEVICE_TRAY_MOVED).
-func (l *liveState) changeCD(ctx context.Context, id string, index int, file string) {
+// changeCD puts file into drive id (empty: removes the medium). The tray
+// is opened first; a guest that locked it delays the change until it
+// releases the tray (DEVICE_TRAY_MOVED).
+func (l *liveState) changeCD(ctx context.Context, id, file string) {
 	if failed, ok := l.failedCDs[id]; ok && failed.Image == file {
 		return
 	}
@@ -207,22 +207,12 @@ func (l *liveState) changeCD(ctx context.Context, id string, index int, file str
 		return
 	}
 	l.pendingCDs[id] = file
-	l.cdIndex(id, index)
 	open, err := l.openTray(ctx, id)
 	switch {
 	case err != nil:
 		l.cdFailed(ctx, id, err)
 	case !open:
 		l.r.log.Info("CD change waits for the guest to release the tray", "drive", id)
-	}
-}
-
-// cdIndex remembers which config drive a CD id stands for, for the status.
-func (l *liveState) cdIndex(id string, index int) {
-	for i := range l.r.machine.CDROMs {
-		if cd := &l.r.machine.CDROMs[i]; cd.ID == id {
-			cd.Index = index
-		}
 	}
 }
 
