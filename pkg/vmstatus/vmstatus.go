@@ -67,6 +67,17 @@ func FromPod(pod *corev1.Pod, want bool, restartHash string) Conditions {
 	return c
 }
 
+// qemuFailed is the Failed condition of a runner whose qemu refused to
+// start: the termination message is the runner's error, ending with
+// qemu's words.
+func qemuFailed(t *corev1.ContainerStateTerminated, restarts int32) metav1.Condition {
+	msg := strings.TrimSpace(t.Message)
+	if msg == "" {
+		msg = "qemu refused to start the VM"
+	}
+	return Condition(v1.ConditionFailed, true, v1.ReasonQemuFailed, fmt.Sprintf("%s (%d restarts).", msg, restarts))
+}
+
 // Condition makes a condition without times.
 func Condition(typ string, on bool, reason, msg string) metav1.Condition {
 	s := metav1.ConditionFalse
@@ -91,7 +102,15 @@ func podReady(pod *corev1.Pod) bool {
 // create, or a pod that no node can take.
 func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != render.ContainerRunner || cs.State.Waiting == nil {
+		if cs.Name != render.ContainerRunner {
+			continue
+		}
+		// Between qemu's refusal and the kubelet's back-off the container
+		// is terminated, not yet waiting.
+		if t := cs.State.Terminated; t != nil && t.ExitCode == runnerexit.QemuRefused {
+			return qemuFailed(t, cs.RestartCount), true
+		}
+		if cs.State.Waiting == nil {
 			continue
 		}
 		w := cs.State.Waiting
@@ -108,12 +127,7 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 		}
 		t := cs.LastTerminationState.Terminated
 		if t != nil && t.ExitCode == runnerexit.QemuRefused {
-			// The message is the runner's error, ending with qemu's words.
-			msg := strings.TrimSpace(t.Message)
-			if msg == "" {
-				msg = "qemu refused to start the VM"
-			}
-			return Condition(v1.ConditionFailed, true, v1.ReasonQemuFailed, fmt.Sprintf("%s (%d restarts).", msg, cs.RestartCount)), true
+			return qemuFailed(t, cs.RestartCount), true
 		}
 		msg := fmt.Sprintf("The runner failed %d times", cs.RestartCount)
 		if t != nil {

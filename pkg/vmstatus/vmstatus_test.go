@@ -42,6 +42,15 @@ func TestPodFailure(t *testing.T) {
 	require.Equal(t, v1.ReasonQemuFailed, c.Reason)
 	require.Equal(t, "qemu refused to start (exited with code 1): qemu-system-x86_64: unable to find CPU model 'nehalem' (5 restarts).", c.Message)
 
+	// Right after the exit, before the kubelet's back-off.
+	justExited := refused.DeepCopy()
+	cs := &justExited.Status.ContainerStatuses[0]
+	cs.State = corev1.ContainerState{Terminated: cs.LastTerminationState.Terminated}
+	cs.LastTerminationState = corev1.ContainerState{}
+	c, ok = failed(justExited)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonQemuFailed, c.Reason)
+
 	unschedulable := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
 		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 		Message: "0/3 nodes are available: 3 Insufficient memory.",
