@@ -83,10 +83,11 @@ func TestContract(t *testing.T) {
 	for i := range specs {
 		u := &unstructured.Unstructured{Object: gen.VM("default", gen.Name(i))}
 		n.specs++
-		if !checkSpec(t, ctx, dc, u, &n) || n.qemu >= qemuStarts {
+		objs := checkSpec(t, ctx, dc, u, &n)
+		if objs == nil || n.qemu >= qemuStarts {
 			continue
 		}
-		if !t.Run(fmt.Sprintf("qemu/%s", u.GetName()), func(t *testing.T) { q.check(t, u, &n) }) {
+		if !t.Run(fmt.Sprintf("qemu/%s", u.GetName()), func(t *testing.T) { q.check(t, objs, &n) }) {
 			t.Logf("the spec:\n%s", specYAML(u))
 		}
 	}
@@ -97,9 +98,9 @@ func TestContract(t *testing.T) {
 }
 
 // checkSpec compares the API server's verdict on u with validation's and,
-// when both accept, dry-runs the rendered objects on the server. It tells
-// whether u is a VM for qemu.
-func checkSpec(t *testing.T, ctx context.Context, dc dynamic.Interface, u *unstructured.Unstructured, n *tally) bool {
+// when both accept, dry-runs the rendered objects on the server. It returns
+// them when u is a VM for qemu, else nil.
+func checkSpec(t *testing.T, ctx context.Context, dc dynamic.Interface, u *unstructured.Unstructured, n *tally) *render.Objects {
 	t.Helper()
 	_, serverErr := dc.Resource(v1.GroupVersionResource).Namespace(u.GetNamespace()).
 		Create(ctx, u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -110,16 +111,16 @@ func checkSpec(t *testing.T, ctx context.Context, dc dynamic.Interface, u *unstr
 	switch {
 	case serverErr == nil && knownDifference(renderErr):
 		n.rejected++
-		return false
+		return nil
 	case serverErr == nil && renderErr != nil:
 		t.Errorf("the API server accepts %s, validation refuses it:\n%v\nthe spec:\n%s", u.GetName(), renderErr, specYAML(u))
-		return false
+		return nil
 	case serverErr != nil && renderErr == nil:
 		t.Errorf("validation accepts %s, the API server refuses it:\n%v\nthe spec:\n%s", u.GetName(), serverErr, specYAML(u))
-		return false
+		return nil
 	case serverErr != nil:
 		n.rejected++
-		return false
+		return nil
 	}
 	n.accepted++
 	for _, o := range objs.List() {
@@ -130,14 +131,14 @@ func checkSpec(t *testing.T, ctx context.Context, dc dynamic.Interface, u *unstr
 		res := schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: strings.ToLower(gvk.Kind) + "s"}
 		if _, err := dc.Resource(res).Namespace(ou.GetNamespace()).Create(ctx, ou, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 			t.Errorf("%s renders to a %s that the API server refuses: %v\nthe spec:\n%s", u.GetName(), gvk.Kind, err, specYAML(u))
-			return false
+			return nil
 		}
 	}
 	if _, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[runnerconfig.ConfigFile])); err != nil {
 		t.Errorf("%s renders to a runner config that does not load: %v\nthe spec:\n%s", u.GetName(), err, specYAML(u))
-		return false
+		return nil
 	}
-	return true
+	return objs
 }
 
 // knownDifferences are the fields that validation checks and the CRD
@@ -215,9 +216,7 @@ func newQemuChecker(t *testing.T) *qemuChecker {
 	return &qemuChecker{repo: repo}
 }
 
-func (q *qemuChecker) check(t *testing.T, u *unstructured.Unstructured, n *tally) {
-	objs, err := renderVM(u)
-	require.NoError(t, err)
+func (q *qemuChecker) check(t *testing.T, objs *render.Objects, n *tally) {
 	// Unix socket paths are short: keep the directory near the root.
 	dir, err := os.MkdirTemp("", "vmc")
 	require.NoError(t, err)
