@@ -14,6 +14,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
 	github.com/stretchr/testify v1.12.1
+	github.com/yuin/gopher-lua v1.1.2
 	go.yaml.in/yaml/v2 v2.4.4
 	golang.org/x/term v0.47.0
 	k8s.io/api v0.37.2
