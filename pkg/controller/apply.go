@@ -23,7 +23,7 @@ import (
 // object written that the pod's config volume projects (the ConfigMap or
 // the cloud-init Secret), "" when it wrote none, for syncPod; on an error
 // too, since what was written before it stays written.
-func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects) (string, error) {
+func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects, w *writes) (string, error) {
 	owner := ownerReference(vm)
 	var projected string
 	for _, obj := range objs.List() {
@@ -52,6 +52,11 @@ func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, ob
 		}
 		c.metrics.write(kind)
 		c.written.remember(key, hash, res)
+		if cached == nil {
+			w.add(&w.created, kind, m.GetName())
+		} else {
+			w.add(&w.updated, kind, m.GetName())
+		}
 		klog.FromContext(ctx).V(2).Info("Applied", "kind", kind, "name", m.GetName(), "hash", hash)
 		switch obj.(type) {
 		case *corev1.ConfigMap, *corev1.Secret:
@@ -121,7 +126,7 @@ func (c *Controller) patch(ctx context.Context, obj runtime.Object, body []byte)
 
 // deleteStale removes the optional objects (cloud-init Secret, Service)
 // that the VM had but no longer renders. Only objects it owns are touched.
-func (c *Controller) deleteStale(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects) error {
+func (c *Controller) deleteStale(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects, w *writes) error {
 	ns := vm.Namespace
 	type stale struct {
 		kind, name string
@@ -145,6 +150,7 @@ func (c *Controller) deleteStale(ctx context.Context, vm *v1.VirtualMachine, obj
 			return fmt.Errorf("delete %s %s/%s: %w", s.kind, ns, s.name, err)
 		}
 		c.metrics.write(s.kind)
+		w.add(&w.deleted, s.kind, s.name)
 		klog.FromContext(ctx).Info("Deleted what the VM no longer needs", "kind", s.kind, "name", s.name)
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -46,6 +47,11 @@ const FieldManager = "vm-operator"
 
 // EventController is the reportingController of the operator's events.
 const EventController = v1.Group + "/vm-operator"
+
+// retryMax bounds the backoff of a failing VM: nothing tells the operator
+// that what refused a write (an admission policy, a quota) has gone, so it
+// must look again soon; client-go's default waits up to 16 minutes.
+const retryMax = 30 * time.Second
 
 // Config is what New needs besides the clients.
 type Config struct {
@@ -82,6 +88,8 @@ type Controller struct {
 	// written remembers what this process wrote until the informers show
 	// it, so that a reconcile right after a write does not repeat it.
 	written *writeCache
+	// reported remembers statuses written but not yet cached.
+	reported *reportedStatuses
 	// access remembers the namespaces whose runner account is in place.
 	access sync.Map
 
@@ -116,10 +124,14 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) *Controll
 		metrics: cfg.Metrics,
 		scopes:  map[string]*scope{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](5*time.Millisecond, retryMax),
+				&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+			),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "virtualmachines"},
 		),
-		written: newWriteCache(),
+		written:  newWriteCache(),
+		reported: newReportedStatuses(),
 		// Aggregated and rate-limited: a problem repeated for a VM
 		// becomes one event series, not a write per reconcile.
 		broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()}),

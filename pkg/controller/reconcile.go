@@ -21,6 +21,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmstatus"
 )
 
 // reconcile brings one VM's objects and status up to date. A positive
@@ -31,6 +32,7 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 	if apierrors.IsNotFound(err) {
 		// The garbage collector removes what it owned.
 		c.written.forgetVM(key.Namespace, key.Name, render.CloudInitSecretName(key.Name), render.DisplaySecretName(key.Name))
+		c.reported.forget(statusKey(key.Namespace, key.Name))
 		return 0, nil
 	}
 	if err != nil {
@@ -48,13 +50,15 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 		return 0, c.writeStatus(ctx, u, invalidStatus(u, err))
 	}
 
+	// A failed write does not end the reconcile: the VM's status must
+	// tell of it, since users cannot read the operator's log.
+	var w writes
 	opts := render.Options{ImageRegistry: c.cfg.ImageRegistry}
-	if opts.ServiceAccount, err = c.ensureRunnerAccess(ctx, vm.Namespace); err != nil {
-		return 0, err
-	}
+	opts.ServiceAccount, err = c.ensureRunnerAccess(ctx, vm.Namespace)
+	applyErr := err
 	var generated string
-	if opts.DisplaySecret, generated, err = c.ensureDisplaySecret(ctx, vm); err != nil {
-		return 0, err
+	if applyErr == nil {
+		opts.DisplaySecret, generated, applyErr = c.ensureDisplaySecret(ctx, vm, &w)
 	}
 	objs, err := render.Render(vm, opts)
 	if err != nil {
@@ -65,19 +69,28 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 		}
 		return 0, err
 	}
-	written, err := c.applyObjects(ctx, vm, objs)
-	// What the pod's config volume projects has changed: tell the kubelet,
-	// also when a later write failed.
-	c.syncPod(ctx, vm, cmp.Or(written, generated))
-	if err != nil {
-		return 0, err
+	if applyErr == nil {
+		var written string
+		written, applyErr = c.applyObjects(ctx, vm, objs, &w)
+		// What the pod's config volume projects has changed: tell the
+		// kubelet, also when a later write failed.
+		c.syncPod(ctx, vm, cmp.Or(written, generated))
 	}
-	if err := c.deleteStale(ctx, vm, objs); err != nil {
-		return 0, err
+	if applyErr == nil {
+		applyErr = c.deleteStale(ctx, vm, objs, &w)
 	}
+	w.record(c, u)
 	st, requeue, err := c.observe(ctx, vm, objs)
 	if err != nil {
-		return 0, err
+		return 0, errors.Join(applyErr, err)
+	}
+	if applyErr != nil {
+		// Retried with backoff (at most retryMax apart), so that the VM
+		// recovers soon after whatever refused the write lets it by.
+		msg := applyFailedMessage(applyErr)
+		st.setFailed(vmstatus.Condition(v1.ConditionFailed, true, v1.ReasonApplyFailed, msg))
+		c.events.Eventf(u, nil, corev1.EventTypeWarning, v1.ReasonApplyFailed, "Apply", "%s", msg)
+		return 0, errors.Join(applyErr, c.writeStatus(ctx, u, st))
 	}
 	return requeue, c.writeStatus(ctx, u, st)
 }
@@ -96,6 +109,7 @@ func decodeVM(u *unstructured.Unstructured) (*v1.VirtualMachine, error) {
 // account and its role binding, and returns the account's name. It writes
 // once per namespace and process: the objects are shared by all VMs of
 // the namespace, and a user may have changed them (they are left alone).
+// The name comes back with an error too, for the status's render.
 func (c *Controller) ensureRunnerAccess(ctx context.Context, ns string) (string, error) {
 	if c.cfg.RunnerAccess == nil {
 		return "", nil
@@ -111,7 +125,7 @@ func (c *Controller) ensureRunnerAccess(ctx context.Context, ns string) (string,
 		}
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("service account %s/%s of runner pods: %w", ns, sa.Name, err)
+		return sa.Name, fmt.Errorf("service account %s/%s of runner pods: %w", ns, sa.Name, err)
 	}
 	_, err = c.kube.RbacV1().RoleBindings(ns).Get(ctx, rb.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -120,7 +134,7 @@ func (c *Controller) ensureRunnerAccess(ctx context.Context, ns string) (string,
 		}
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("role binding %s/%s of runner pods: %w", ns, rb.Name, err)
+		return sa.Name, fmt.Errorf("role binding %s/%s of runner pods: %w", ns, rb.Name, err)
 	}
 	c.access.Store(ns, true)
 	return sa.Name, nil
@@ -134,7 +148,7 @@ func (c *Controller) ensureRunnerAccess(ctx context.Context, ns string) (string,
 // the second result is then the new Secret's resourceVersion, for syncPod.
 // That happens when the VM is to run, before its pod exists: a stopped VM
 // has no display, and a thousand stopped VMs need no thousand Secrets.
-func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMachine) (string, string, error) {
+func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMachine, w *writes) (string, string, error) {
 	name := render.DisplaySecretName(vm.Name)
 	sel := labels.SelectorFromSet(labels.Set{
 		render.LabelInstance:  vm.Name,
@@ -186,6 +200,7 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 	default:
 		c.metrics.write("Secret")
 		c.written.remember(key, "generated", res)
+		w.add(&w.created, "Secret", name+" (a random display password, expired: the display stays locked until a console sets one)")
 		klog.FromContext(ctx).Info("Generated a display secret (locked until a console sets a password)", "secret", name)
 		return "", res.ResourceVersion, nil
 	}

@@ -80,6 +80,19 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 	return st, requeue, nil
 }
 
+// setFailed replaces the Failed condition: a failure the operator meets
+// itself is more to the point than what the pod shows.
+func (st *opStatus) setFailed(f metav1.Condition) {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == v1.ConditionFailed {
+			f.ObservedGeneration = st.Conditions[i].ObservedGeneration
+			st.Conditions[i] = f
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, f)
+}
+
 // warningsCondition keeps render's warnings in the status, where users of
 // the operator look, not only in kubectl vm render's output.
 func warningsCondition(w []string) metav1.Condition {
@@ -136,7 +149,7 @@ func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructur
 	if err != nil {
 		return err
 	}
-	key := writeKey{kind: "status", namespace: u.GetNamespace(), name: u.GetName()}
+	key := statusKey(u.GetNamespace(), u.GetName())
 	hash, err := statusHash(st)
 	if err != nil {
 		return err
@@ -168,11 +181,19 @@ func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructur
 	res, err := c.vms.Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true), FieldValidation: fieldValidation}, "status")
 	if err != nil {
-		return fmt.Errorf("status of %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+		err = fmt.Errorf("status of %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+		c.events.Eventf(u, nil, corev1.EventTypeWarning, EventStatusFailed, "WriteStatus", "%v", err)
+		return err
 	}
 	c.metrics.write("status")
 	c.written.remember(key, hash, res)
+	c.recordTransitions(u, c.reported.since(key, u, current), st)
+	c.reported.remember(key, res, st)
 	return nil
+}
+
+func statusKey(namespace, name string) writeKey {
+	return writeKey{kind: "status", namespace: namespace, name: name}
 }
 
 // currentStatus is the operator's part of the VM's status.

@@ -43,6 +43,8 @@ func (c *Controller) syncPod(ctx context.Context, vm *v1.VirtualMachine, resourc
 		return
 	}
 	if done {
+		c.events.Eventf(vm, pod, corev1.EventTypeNormal, EventLiveChange, "AnnotatePod",
+			"Passed the changed spec on to the runner of the running VM (pod %s)", pod.Name)
 		c.metrics.write("Pod")
 		klog.FromContext(ctx).V(2).Info("Annotated the pod to refresh its config volume", "pod", pod.Name, "version", resourceVersion)
 	}

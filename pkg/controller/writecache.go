@@ -94,3 +94,50 @@ func (w *writeCache) forgetVM(namespace string, names ...string) {
 		}
 	}
 }
+
+// reportedStatuses keeps the status the operator last wrote to a VM until
+// the cache shows it, so that the events of a status change are told
+// against what the VM really had, not a stale copy (and not twice).
+type reportedStatuses struct {
+	mu sync.Mutex
+	m  map[writeKey]reported
+}
+
+type reported struct {
+	rv uint64
+	st opStatus
+}
+
+func newReportedStatuses() *reportedStatuses {
+	return &reportedStatuses{m: map[writeKey]reported{}}
+}
+
+func (r *reportedStatuses) remember(k writeKey, obj metav1.Object, st opStatus) {
+	rv, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+	r.mu.Lock()
+	r.m[k] = reported{rv: rv, st: st}
+	r.mu.Unlock()
+}
+
+// since returns the status the VM had before the next write: cached,
+// unless the operator wrote one the cache does not show yet.
+func (r *reportedStatuses) since(k writeKey, cached metav1.Object, current opStatus) opStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.m[k]
+	if !ok {
+		return current
+	}
+	if rv, err := strconv.ParseUint(cached.GetResourceVersion(), 10, 64); err != nil || rv >= e.rv {
+		delete(r.m, k)
+		return current
+	}
+	return e.st
+}
+
+// forget drops what is kept of a deleted VM.
+func (r *reportedStatuses) forget(k writeKey) {
+	r.mu.Lock()
+	delete(r.m, k)
+	r.mu.Unlock()
+}

@@ -16,15 +16,18 @@ const (
 // Reasons of vm-operator's conditions. The Running condition's reason is
 // the VM's phase, short enough for a table column.
 const (
-	ReasonRunning         = "Running"
-	ReasonStarting        = "Starting"
-	ReasonStopping        = "Stopping"
-	ReasonStopped         = "Stopped"
-	ReasonPodReady        = "PodReady"
-	ReasonPodNotReady     = "PodNotReady"
-	ReasonRestartPending  = "SpecChanged"
-	ReasonUpToDate        = "UpToDate"
-	ReasonInvalidSpec     = "InvalidSpec"
+	ReasonRunning        = "Running"
+	ReasonStarting       = "Starting"
+	ReasonStopping       = "Stopping"
+	ReasonStopped        = "Stopped"
+	ReasonPodReady       = "PodReady"
+	ReasonPodNotReady    = "PodNotReady"
+	ReasonRestartPending = "SpecChanged"
+	ReasonUpToDate       = "UpToDate"
+	ReasonInvalidSpec    = "InvalidSpec"
+	// ReasonApplyFailed: the API server refused an object the VM renders
+	// to (admission, quota, RBAC); the message is the API server's.
+	ReasonApplyFailed     = "ApplyFailed"
 	ReasonPodCreateFailed = "PodCreateFailed"
 	ReasonCrashLoop       = "RunnerCrashLoop"
 	ReasonQemuFailed      = "QemuFailed"

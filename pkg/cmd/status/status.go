@@ -211,6 +211,18 @@ func (o *Options) print(v *View, pvcs []corev1.PersistentVolumeClaim) error {
 			return err
 		}
 	}
+	if len(v.Events) == 0 {
+		field("Events", "<none>")
+		return w.Flush()
+	}
+	rows, left := eventRows(o.now(), v.Events)
+	label := "Events"
+	if left > 0 {
+		label = fmt.Sprintf("Events (the latest %d; kubectl events --for %s shows all)", len(rows), v.eventsFor())
+	}
+	if err := table(label, []string{"Type", "Reason", "Age", "From", "Message"}, rows); err != nil {
+		return err
+	}
 	return w.Flush()
 }
 

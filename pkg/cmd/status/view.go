@@ -36,6 +36,8 @@ type View struct {
 	// cannot be had, ConfigErr says why.
 	Config    *runnerconfig.Config
 	ConfigErr error
+	// Events are the latest events about the VM, oldest first.
+	Events []corev1.Event
 	// derived are the conditions as the operator derives them from the
 	// pod, for GitOps mode, where no operator writes them.
 	derived vmstatus.Conditions
@@ -57,7 +59,11 @@ func Load(ctx context.Context, c *vmclient.Client, vm *vmclient.VM) (*View, erro
 			return nil, c.Explain(err)
 		}
 	}
-	return NewView(vm, pod, cm), nil
+	v := NewView(vm, pod, cm)
+	if v.Events, err = Events(ctx, c, vm, pod); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // NewView makes the View of vm with its pod and, in GitOps mode, its
@@ -127,14 +133,30 @@ func (v *View) State() v1.VMState {
 // Phase is what the VM does (Running, Starting, Stopping, Stopped) with an
 // explanation: the operator's Running condition, or in GitOps mode what
 // the operator would report for the pod.
+// A VM that fails shows the failure's reason instead, as kubectl get pods
+// shows CrashLoopBackOff.
 func (v *View) Phase() (phase, message string) {
 	if v.Mode == vmclient.ModeOperator {
+		if c := v.Condition(v1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
+			return c.Reason, c.Message
+		}
 		if c := v.Condition(v1.ConditionRunning); c != nil {
 			return c.Reason, c.Message
 		}
 		return "Unknown", "vm-operator has not reported on the VM."
 	}
+	if f := v.derived.Failed; f.Status == metav1.ConditionTrue {
+		return f.Reason, f.Message
+	}
 	return v.derived.Running.Reason, v.derived.Running.Message
+}
+
+// eventsFor names the object of the VM's events for kubectl events --for.
+func (v *View) eventsFor() string {
+	if v.Mode == vmclient.ModeOperator {
+		return "virtualmachine/" + v.Name
+	}
+	return "statefulset/" + v.Name
 }
 
 // Ready is the Ready condition's status, or in GitOps mode the pod's.
