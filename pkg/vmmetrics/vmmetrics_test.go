@@ -130,9 +130,8 @@ func static(vms ...*unstructured.Unstructured) Lister {
 	return func() ([]*unstructured.Unstructured, error) { return vms, nil }
 }
 
-func TestCollect(t *testing.T) {
-	c := New(static(vm(t, webVM), vm(t, brokenVM), vm(t, freshVM)))
-	want := exposition(`
+// allSamples are the series of webVM, brokenVM and freshVM.
+const allSamples = `
 vmop_vm_state{name="web",namespace="prod",state="Starting"} 0
 vmop_vm_state{name="web",namespace="prod",state="Running"} 1
 vmop_vm_state{name="web",namespace="prod",state="Stopping"} 0
@@ -175,8 +174,11 @@ vmop_vm_condition_last_transition_timestamp_seconds{condition="SpecWarnings",nam
 vmop_vm_cpus{name="web",namespace="prod"} 2
 vmop_vm_ram_bytes{name="web",namespace="prod"} 4294967296
 vmop_vm_metrics_errors 0
-`)
-	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want)))
+`
+
+func TestCollect(t *testing.T) {
+	c := New(static(vm(t, webVM), vm(t, brokenVM), vm(t, freshVM)))
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(exposition(allSamples))))
 }
 
 func TestKnownFailureReasonKeepsItsName(t *testing.T) {
