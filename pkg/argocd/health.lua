@@ -119,6 +119,9 @@ if media ~= nil and media.status == "False" then
   return hs
 end
 
+-- Booted (the guest agent answers) is not asked for: many guests run no
+-- agent. SpecWarnings neither: the VM runs as the spec is rendered, and
+-- kubectl vm status shows the warnings.
 hs.status = "Healthy"
 hs.message = say(running)
 return hs
