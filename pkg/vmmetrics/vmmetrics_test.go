@@ -262,31 +262,64 @@ func TestListerOfTypedObjects(t *testing.T) {
 // error; the VM keeps its series, as not reported, and the other VMs
 // are not affected.
 func TestUnreadableStatus(t *testing.T) {
-	bad := vm(t, webVM)
-	require.NoError(t, unstructured.SetNestedField(bad.Object, "two", "status", "cpus"))
-	badRAM := vm(t, freshVM)
-	require.NoError(t, unstructured.SetNestedField(badRAM.Object, "lots", "status", "ram"))
-	c := New(static(bad, badRAM, vm(t, brokenVM)))
-	want := exposition(`
+	for name, spoil := range map[string]func(*unstructured.Unstructured) error{
+		"cpus not a number": func(u *unstructured.Unstructured) error {
+			return unstructured.SetNestedField(u.Object, "two", "status", "cpus")
+		},
+		"conditions not a list": func(u *unstructured.Unstructured) error {
+			return unstructured.SetNestedField(u.Object, "Running", "status", "conditions")
+		},
+		"a transition time not a time": func(u *unstructured.Unstructured) error {
+			conds, _, err := unstructured.NestedSlice(u.Object, "status", "conditions")
+			if err != nil {
+				return err
+			}
+			conds[5].(map[string]any)["lastTransitionTime"] = "yesterday"
+			return unstructured.SetNestedSlice(u.Object, conds, "status", "conditions")
+		},
+		"status not an object": func(u *unstructured.Unstructured) error {
+			return unstructured.SetNestedField(u.Object, "fine", "status")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			bad := vm(t, webVM)
+			require.NoError(t, spoil(bad))
+			c := New(static(bad, vm(t, brokenVM)))
+			want := exposition(`
 vmop_vm_state{name="web",namespace="prod",state="Starting"} 0
 vmop_vm_state{name="web",namespace="prod",state="Running"} 0
 vmop_vm_state{name="web",namespace="prod",state="Stopping"} 0
 vmop_vm_state{name="web",namespace="prod",state="Stopped"} 0
 vmop_vm_state{name="web",namespace="prod",state="Unknown"} 1
-vmop_vm_state{name="fresh",namespace="dev",state="Starting"} 0
-vmop_vm_state{name="fresh",namespace="dev",state="Running"} 0
-vmop_vm_state{name="fresh",namespace="dev",state="Stopping"} 0
-vmop_vm_state{name="fresh",namespace="dev",state="Stopped"} 0
-vmop_vm_state{name="fresh",namespace="dev",state="Unknown"} 1
 vmop_vm_state{name="broken",namespace="dev",state="Starting"} 1
 vmop_vm_state{name="broken",namespace="dev",state="Running"} 0
 vmop_vm_state{name="broken",namespace="dev",state="Stopping"} 0
 vmop_vm_state{name="broken",namespace="dev",state="Stopped"} 0
 vmop_vm_state{name="broken",namespace="dev",state="Unknown"} 0
-vmop_vm_metrics_errors 2
+vmop_vm_metrics_errors 1
 `)
-	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "vmop_vm_state", "vmop_vm_metrics_errors"))
-	require.Equal(t, 0, testutil.CollectAndCount(c, "vmop_vm_ram_bytes"), "no RAM from an unreadable quantity")
+			require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "vmop_vm_state", "vmop_vm_metrics_errors"))
+			require.Equal(t, 0, testutil.CollectAndCount(c, "vmop_vm_cpus"), "nothing from an unreadable status")
+		})
+	}
+}
+
+// A RAM quantity that does not parse leaves only vmop_vm_ram_bytes out.
+func TestUnreadableRAM(t *testing.T) {
+	bad := vm(t, webVM)
+	require.NoError(t, unstructured.SetNestedField(bad.Object, "lots", "status", "ram"))
+	c := New(static(bad))
+	want := exposition(`
+vmop_vm_state{name="web",namespace="prod",state="Starting"} 0
+vmop_vm_state{name="web",namespace="prod",state="Running"} 1
+vmop_vm_state{name="web",namespace="prod",state="Stopping"} 0
+vmop_vm_state{name="web",namespace="prod",state="Stopped"} 0
+vmop_vm_state{name="web",namespace="prod",state="Unknown"} 0
+vmop_vm_cpus{name="web",namespace="prod"} 2
+vmop_vm_metrics_errors 1
+`)
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want),
+		"vmop_vm_state", "vmop_vm_cpus", "vmop_vm_ram_bytes", "vmop_vm_metrics_errors"))
 }
 
 // The fixed label sets cover what pkg/vmstatus derives from a pod, so
