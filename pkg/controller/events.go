@@ -54,10 +54,8 @@ var phaseEvents = map[string]string{
 
 // recordTransitions tells as events what changed between the status the
 // VM had and the one just written: events follow conditions, so that a
-// resync that writes nothing records nothing. ApplyFailed is recorded by
-// reconcile on every attempt instead (an event series, like the
-// StatefulSet controller's FailedCreate), since its status write may fail
-// too.
+// resync that writes nothing records nothing, and a failure retried with
+// backoff makes one event, not one per attempt.
 func (c *Controller) recordTransitions(vm runtime.Object, before, after opStatus) {
 	changed := func(typ string) (old, cur *metav1.Condition, ok bool) {
 		old, cur = findCondition(before.Conditions, typ), findCondition(after.Conditions, typ)
@@ -76,7 +74,7 @@ func (c *Controller) recordTransitions(vm runtime.Object, before, after opStatus
 	}
 	if old, cur, ok := changed(v1.ConditionFailed); ok {
 		switch {
-		case cur.Status == metav1.ConditionTrue && cur.Reason != v1.ReasonApplyFailed:
+		case cur.Status == metav1.ConditionTrue:
 			c.events.Eventf(vm, nil, corev1.EventTypeWarning, cur.Reason, "Observe", "%s", cur.Message)
 		case cur.Status != metav1.ConditionTrue && old != nil && old.Status == metav1.ConditionTrue:
 			c.events.Eventf(vm, nil, corev1.EventTypeNormal, EventRecovered, "Observe", "The VM no longer fails (was %s: %s)", old.Reason, old.Message)

@@ -40,7 +40,8 @@ func TestEventsFollowConditions(t *testing.T) {
 		{"fails", status(running, upToDate, ok), status(starting, upToDate, crash), []string{
 			"Normal Starting Waiting for the runner pod.", "Warning RunnerCrashLoop The runner failed 3 times."}},
 		{"fails anew", status(starting, upToDate, crash), status(starting, upToDate, crash4), []string{"Warning RunnerCrashLoop The runner failed 4 times."}},
-		{"apply failures are reconcile's", status(starting, upToDate, ok), status(starting, upToDate, refused), nil},
+		{"refused", status(starting, upToDate, ok), status(starting, upToDate, refused), []string{"Warning ApplyFailed forbidden"}},
+		{"refused again", status(starting, upToDate, refused), status(starting, upToDate, refused), nil},
 		{"recovers", status(starting, upToDate, refused), status(running, upToDate, ok), []string{
 			"Normal Started The runner pod runs on n1.", "Normal Recovered The VM no longer fails (was ApplyFailed: forbidden)"}},
 	} {

@@ -89,8 +89,12 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 		// recovers soon after whatever refused the write lets it by.
 		msg := applyFailedMessage(applyErr)
 		st.setFailed(vmstatus.Condition(v1.ConditionFailed, true, v1.ReasonApplyFailed, msg))
-		c.events.Eventf(u, nil, corev1.EventTypeWarning, v1.ReasonApplyFailed, "Apply", "%s", msg)
-		return 0, errors.Join(applyErr, c.writeStatus(ctx, u, st))
+		if err := c.writeStatus(ctx, u, st); err != nil {
+			// The status cannot tell of it: an event must.
+			c.events.Eventf(u, nil, corev1.EventTypeWarning, v1.ReasonApplyFailed, "Apply", "%s", msg)
+			return 0, errors.Join(applyErr, err)
+		}
+		return 0, applyErr
 	}
 	return requeue, c.writeStatus(ctx, u, st)
 }

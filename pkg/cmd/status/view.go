@@ -154,7 +154,7 @@ func (v *View) Phase() (phase, message string) {
 // eventsFor names the object of the VM's events for kubectl events --for.
 func (v *View) eventsFor() string {
 	if v.Mode == vmclient.ModeOperator {
-		return "virtualmachine/" + v.Name
+		return "vm/" + v.Name
 	}
 	return "statefulset/" + v.Name
 }
