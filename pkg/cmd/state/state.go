@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
@@ -141,20 +142,20 @@ func (o *Options) Validate() error {
 // keep the others from being acted on; the first error is returned.
 func (o *Options) Run(ctx context.Context) error {
 	var errs []error
-	var acted []*vmclient.VM
+	var acted []actedOn
 	for _, name := range o.Names {
-		vm, err := o.act(ctx, name)
+		a, err := o.act(ctx, name)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		acted = append(acted, vm)
+		acted = append(acted, a)
 	}
 	if o.Wait {
 		ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
-		for _, vm := range acted {
-			if err := o.wait(ctx, vm); err != nil {
+		for _, a := range acted {
+			if err := o.wait(ctx, a); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -162,24 +163,38 @@ func (o *Options) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (o *Options) act(ctx context.Context, name string) (*vmclient.VM, error) {
+// actedOn is a VM acted on, for --wait.
+type actedOn struct {
+	vm *vmclient.VM
+	// oldPod is the pod a restart deleted: the VM runs again in another.
+	oldPod types.UID
+}
+
+func (o *Options) act(ctx context.Context, name string) (actedOn, error) {
 	c := o.client
 	vm, err := c.Get(ctx, name)
 	if err != nil {
-		return nil, err
+		return actedOn{}, err
 	}
+	a := actedOn{vm: vm}
 	running := isRunning(vm)
 	switch {
 	case o.action == actionRestart:
 		if !running {
-			return nil, fmt.Errorf("%s is not running; use start", name)
+			return actedOn{}, fmt.Errorf("%s is not running; use start", name)
 		}
 		// The StatefulSet (OnDelete) makes the pod anew from its template.
-		err = c.Explain(c.Kube.CoreV1().Pods(vm.Namespace).Delete(ctx, name+"-0", metav1.DeleteOptions{}))
+		// The pod is known before it goes, so that --wait does not take
+		// its successor (made within milliseconds) for it.
+		var pod *corev1.Pod
+		if pod, err = c.Pod(ctx, vm); err == nil && pod != nil {
+			a.oldPod = pod.UID
+			err = c.Explain(c.Kube.CoreV1().Pods(vm.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}))
+		}
 	case o.action == actionStart && vm.Mode == vmclient.ModeOperator:
 		if running {
 			fmt.Fprintf(o.Out, "%s is already running\n", name)
-			return vm, nil
+			return a, nil
 		}
 		err = c.PatchSpec(ctx, vm, map[string]any{"state": v1.StateRunning})
 	case o.action == actionStop && vm.Mode == vmclient.ModeOperator:
@@ -193,7 +208,7 @@ func (o *Options) act(ctx context.Context, name string) (*vmclient.VM, error) {
 		}
 		if (replicas == 1) == running {
 			fmt.Fprintf(o.Out, "%s is already %s\n", name, stateWord(running))
-			return vm, nil
+			return a, nil
 		}
 		err = c.Scale(ctx, vm, replicas)
 		if err == nil {
@@ -201,19 +216,19 @@ func (o *Options) act(ctx context.Context, name string) (*vmclient.VM, error) {
 		}
 	}
 	if err != nil {
-		return nil, err
+		return actedOn{}, err
 	}
 	if o.action == actionStop {
 		if !running {
 			fmt.Fprintf(o.Out, "%s is already stopped\n", name)
-			return vm, nil
+			return a, nil
 		}
 		if err := o.shortenGrace(ctx, vm); err != nil {
-			return nil, err
+			return actedOn{}, err
 		}
 	}
 	fmt.Fprintf(o.Out, "%s %s\n", name, pastTense[o.action])
-	return vm, nil
+	return a, nil
 }
 
 var pastTense = map[action]string{actionStart: "started", actionStop: "stopping", actionRestart: "restarting"}
@@ -250,18 +265,14 @@ func (o *Options) shortenGrace(ctx context.Context, vm *vmclient.VM) error {
 
 // wait polls the VM until it is where the action leads, printing each new
 // phase on a line of its own.
-func (o *Options) wait(ctx context.Context, vm *vmclient.VM) error {
+func (o *Options) wait(ctx context.Context, a actedOn) error {
 	var (
 		last    string
-		oldPod  *corev1.Pod
+		vm      = a.vm
 		started = time.Now()
 	)
-	if o.action == actionRestart {
-		// Wait for a pod other than the one deleted.
-		oldPod, _ = o.client.Pod(ctx, vm)
-	}
 	for {
-		phase, done, err := o.phase(ctx, vm, oldPod)
+		phase, done, err := o.phase(ctx, vm, a.oldPod)
 		if err != nil {
 			return err
 		}
@@ -281,14 +292,17 @@ func (o *Options) wait(ctx context.Context, vm *vmclient.VM) error {
 }
 
 // phase tells where the VM is and whether the action is done: by the
-// operator's Running condition in operator mode, else by the pod.
-func (o *Options) phase(ctx context.Context, vm *vmclient.VM, oldPod *corev1.Pod) (string, bool, error) {
+// operator's Running condition in operator mode, else by the pod. Done
+// means Running (or Stopped) as such: a VM whose pod is ending is still
+// "running" until it is gone. After a restart the new pod must run too:
+// the condition may still tell of the old one.
+func (o *Options) phase(ctx context.Context, vm *vmclient.VM, oldPod types.UID) (string, bool, error) {
 	wantRunning := o.action != actionStop
 	pod, err := o.client.Pod(ctx, vm)
 	if err != nil {
 		return "", false, err
 	}
-	if oldPod != nil && pod != nil && pod.UID == oldPod.UID {
+	if oldPod != "" && pod != nil && pod.UID == oldPod {
 		return "Stopping", false, nil
 	}
 	if vm.Mode == vmclient.ModeOperator {
@@ -296,8 +310,13 @@ func (o *Options) phase(ctx context.Context, vm *vmclient.VM, oldPod *corev1.Pod
 		if err != nil {
 			return "", false, err
 		}
-		if st, ok := condition(cur, v1.ConditionRunning); ok && (oldPod == nil || pod != nil) {
-			done := (st.Status == metav1.ConditionTrue) == wantRunning && st.ObservedGeneration >= cur.Object.GetGeneration()
+		if st, ok := condition(cur, v1.ConditionRunning); ok && (oldPod == "" || pod != nil) {
+			want := v1.ReasonStopped
+			if wantRunning {
+				want = v1.ReasonRunning
+			}
+			done := st.Reason == want && st.ObservedGeneration >= cur.Object.GetGeneration() &&
+				(oldPod == "" || pod.Status.Phase == corev1.PodRunning)
 			failed, _ := condition(cur, v1.ConditionFailed)
 			return withFailure(st.Reason, failed, done), done, nil
 		}
