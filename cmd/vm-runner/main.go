@@ -132,8 +132,9 @@ func check(r *runner.Runner, log *slog.Logger) int {
 	return 0
 }
 
-// report makes the runner write its VM's status when it runs in a pod, and
-// returns what writes the final status; nil when stand-alone.
+// report makes the runner write its VM's status and events when it runs in
+// a pod, and returns what writes the final status and the last events; nil
+// when stand-alone.
 func report(r *runner.Runner, log *slog.Logger) func() {
 	rep, err := runnerstatus.InCluster(r.Name(), log)
 	switch {
@@ -149,7 +150,7 @@ func report(r *runner.Runner, log *slog.Logger) func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := rep.Stop(ctx); err != nil {
-			log.Warn("Cannot write the final status", "err", err)
+			log.Warn("Cannot write the final status and events", "err", err)
 		}
 	}
 }

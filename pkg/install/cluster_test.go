@@ -11,6 +11,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/vmop/vmop/internal/testcluster"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/pkg/runnerstatus"
 )
 
 const (
@@ -134,6 +136,8 @@ func TestOnAPIServer(t *testing.T) {
 			{true, ra("get", "vmoperator.jdrupes.org", "vms", "", vmNamespace)},
 			{true, ra("patch", "vmoperator.jdrupes.org", "vms", "status", vmNamespace)},
 			{true, ra("patch", "apps", "statefulsets", "scale", vmNamespace)},
+			{true, ra("create", "events.k8s.io", "events", "", vmNamespace)},
+			{true, ra("patch", "events.k8s.io", "events", "", vmNamespace)},
 
 			{false, ra("list", "vmoperator.jdrupes.org", "vms", "", vmNamespace)},
 			{false, ra("update", "vmoperator.jdrupes.org", "vms", "", vmNamespace)},
@@ -145,6 +149,10 @@ func TestOnAPIServer(t *testing.T) {
 			{false, ra("patch", "apps", "statefulsets", "", vmNamespace)},
 			{false, ra("get", "apps", "statefulsets", "scale", vmNamespace)},
 			{false, ra("patch", "", "pods", "", vmNamespace)},
+			{false, ra("create", "", "events", "", vmNamespace)},
+			{false, ra("update", "events.k8s.io", "events", "", vmNamespace)},
+			{false, ra("delete", "events.k8s.io", "events", "", vmNamespace)},
+			{false, ra("list", "events.k8s.io", "events", "", vmNamespace)},
 		} {
 			require.Equal(t, a.allowed, can(t, cs, runnerUser, a.attrs), "%s may %+v", runnerUser, a.attrs)
 		}
@@ -251,6 +259,84 @@ func testRunnerOwnVM(t *testing.T, admin *rest.Config, cs kubernetes.Interface) 
 	require.Equal(t, "Stopped", state)
 	ram, _, _ := unstructured.NestedString(vm.Object, "status", "ram")
 	require.Equal(t, "1Gi", ram)
+
+	testRunnerOwnEvents(t, rcs, unbound)
+}
+
+// testRunnerOwnEvents: the runner of vm-a (client rcs) may report events
+// regarding vm-a, its StatefulSet or its pod, as vm-runner from its pod;
+// nothing else, and a token of no pod nothing at all.
+func testRunnerOwnEvents(t *testing.T, rcs kubernetes.Interface, unbound *rest.Config) {
+	ctx := t.Context()
+	const denied = "vm-runner-own-vm: a VM's runner (the pod <vm>-0) may report events only regarding its own VirtualMachine <vm>, StatefulSet <vm> or pod"
+	const posing = "vm-runner-own-vm: a VM's runner reports events as vmoperator.jdrupes.org/vm-runner, instance its pod"
+	ref := func(apiVersion, kind, name string) corev1.ObjectReference {
+		return corev1.ObjectReference{APIVersion: apiVersion, Kind: kind, Namespace: vmNamespace, Name: name}
+	}
+	event := func(change func(*eventsv1.Event)) *eventsv1.Event {
+		e := &eventsv1.Event{
+			ObjectMeta:          metav1.ObjectMeta{GenerateName: "vm-a-"},
+			EventTime:           metav1.NowMicro(),
+			ReportingController: runnerstatus.ReportingController,
+			ReportingInstance:   "vm-a-0",
+			Action:              "Boot",
+			Reason:              "Booted",
+			Note:                "The guest agent answers",
+			Type:                corev1.EventTypeNormal,
+			Regarding:           ref("vmoperator.jdrupes.org/v1", "VirtualMachine", "vm-a"),
+			Related:             ptr.To(ref("v1", "Pod", "vm-a-0")),
+		}
+		if change != nil {
+			change(e)
+		}
+		return e
+	}
+	events := rcs.EventsV1().Events(vmNamespace)
+	for what, change := range map[string]func(*eventsv1.Event){
+		"its VirtualMachine": nil,
+		"its StatefulSet":    func(e *eventsv1.Event) { e.Regarding = ref("apps/v1", "StatefulSet", "vm-a") },
+		"its pod":            func(e *eventsv1.Event) { e.Regarding = ref("v1", "Pod", "vm-a-0") },
+		"no related object":  func(e *eventsv1.Event) { e.Related = nil },
+	} {
+		_, err := events.Create(ctx, event(change), metav1.CreateOptions{})
+		require.NoError(t, err, "an event regarding %s", what)
+	}
+	for what, c := range map[string]struct {
+		change func(*eventsv1.Event)
+		msg    string
+	}{
+		"another VM":                     {func(e *eventsv1.Event) { e.Regarding.Name = "vm-b" }, denied},
+		"another VM's StatefulSet":       {func(e *eventsv1.Event) { e.Regarding = ref("apps/v1", "StatefulSet", "vm-b") }, denied},
+		"another pod":                    {func(e *eventsv1.Event) { e.Regarding = ref("v1", "Pod", "vm-b-0") }, denied},
+		"another kind named like it":     {func(e *eventsv1.Event) { e.Regarding = ref("v1", "Secret", "vm-a") }, denied},
+		"another group's VirtualMachine": {func(e *eventsv1.Event) { e.Regarding.APIVersion = "kubevirt.io/v1" }, denied},
+		"another namespace's VM":         {func(e *eventsv1.Event) { e.Regarding.Namespace = "default" }, denied},
+		"a related other pod":            {func(e *eventsv1.Event) { e.Related.Name = "vm-b-0" }, denied},
+		"the operator as reporter":       {func(e *eventsv1.Event) { e.ReportingController = "vmoperator.jdrupes.org/vm-operator" }, posing},
+		"the kubelet as reporter":        {func(e *eventsv1.Event) { e.ReportingController = "kubelet" }, posing},
+		"another instance":               {func(e *eventsv1.Event) { e.ReportingInstance = "vm-b-0" }, posing},
+	} {
+		_, err := events.Create(ctx, event(c.change), metav1.CreateOptions{})
+		require.True(t, apierrors.IsForbidden(err), "an event with %s: %v", what, err)
+		require.ErrorContains(t, err, c.msg, what)
+	}
+
+	// A repeat patches the series of its own event.
+	own, err := events.Create(ctx, event(nil), metav1.CreateOptions{})
+	require.NoError(t, err)
+	series := []byte(`{"series":{"count":2,"lastObservedTime":"` + metav1.NowMicro().UTC().Format(metav1.RFC3339Micro) + `"}}`)
+	patched, err := events.Patch(ctx, own.Name, types.MergePatchType, series, metav1.PatchOptions{})
+	require.NoError(t, err, "the series of its own event")
+	require.EqualValues(t, 2, patched.Series.Count)
+
+	// A token of no pod is no runner's.
+	ucs, err := kubernetes.NewForConfig(unbound)
+	require.NoError(t, err)
+	_, err = ucs.EventsV1().Events(vmNamespace).Create(ctx, event(nil), metav1.CreateOptions{})
+	require.True(t, apierrors.IsForbidden(err), "an event with a token of no pod: %v", err)
+	require.ErrorContains(t, err, "vm-runner-own-vm")
+	_, err = ucs.EventsV1().Events(vmNamespace).Patch(ctx, own.Name, types.MergePatchType, series, metav1.PatchOptions{})
+	require.True(t, apierrors.IsForbidden(err), "a series patch with a token of no pod: %v", err)
 }
 
 func statefulSet(name string) *appsv1.StatefulSet {

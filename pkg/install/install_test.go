@@ -126,6 +126,7 @@ func TestRunnerClusterRole(t *testing.T) {
 		"[vmoperator.jdrupes.org] [vms] [get patch] []",
 		"[vmoperator.jdrupes.org] [vms/status] [patch] []",
 		"[apps] [statefulsets/scale] [patch] []",
+		"[events.k8s.io] [events] [create patch] []",
 	}, rules)
 
 	sa, rb := install.RunnerAccess("vms")

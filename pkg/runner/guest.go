@@ -21,12 +21,19 @@ const (
 // guestWatch asks the guest agent what it knows while its port is open and
 // hands the answers to the loop, which alone writes the status.
 type guestWatch struct {
-	infos  chan guestagent.Info
-	cancel context.CancelFunc
+	answers chan guestAnswer
+	cancel  context.CancelFunc
+}
+
+// guestAnswer is what one poll got from an agent that answered: all it
+// knows (told), or less (an agent that does not serve every command).
+type guestAnswer struct {
+	info guestagent.Info
+	told bool
 }
 
 func newGuestWatch() *guestWatch {
-	return &guestWatch{infos: make(chan guestagent.Info), cancel: func() {}}
+	return &guestWatch{answers: make(chan guestAnswer), cancel: func() {}}
 }
 
 // start begins polling the agent at socket (again).
@@ -36,13 +43,14 @@ func (w *guestWatch) start(ctx context.Context, r *Runner) {
 	go func() {
 		for {
 			wait := guestPoll
-			info, err := queryGuest(ctx, r.machine.GuestAgentSocket)
+			info, answered, err := queryGuest(ctx, r.machine.GuestAgentSocket)
 			if err != nil {
 				r.log.Debug("Asking the guest agent", "err", err)
 				wait = guestRetry
-			} else {
+			}
+			if answered {
 				select {
-				case w.infos <- info:
+				case w.answers <- guestAnswer{info: info, told: err == nil}:
 				case <-ctx.Done():
 					return
 				}
@@ -59,16 +67,19 @@ func (w *guestWatch) start(ctx context.Context, r *Runner) {
 func (w *guestWatch) stop() { w.cancel() }
 
 // queryGuest asks the agent what it knows, within one DefaultTimeout for
-// the whole exchange: the socket is the agent's only one.
-func queryGuest(ctx context.Context, socket string) (guestagent.Info, error) {
+// the whole exchange: the socket is the agent's only one. answered tells
+// that the agent took part (it synchronised), even when err says that it
+// did not tell everything.
+func queryGuest(ctx context.Context, socket string) (info guestagent.Info, answered bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, guestagent.DefaultTimeout)
 	defer cancel()
 	c, err := guestagent.Dial(ctx, socket)
 	if err != nil {
-		return guestagent.Info{}, err
+		return guestagent.Info{}, false, err
 	}
 	defer c.Close()
-	return c.Info(ctx)
+	info, err = c.Info(ctx)
+	return info, true, err
 }
 
 // agentShutdown asks the guest agent to power the guest off; an error

@@ -123,11 +123,13 @@ func TestGuestCPUsAndBalloon(t *testing.T) {
 	})
 }
 
-// stopRecorder is a Reporter that notes SetStopped.
-type stopRecorder struct{ stopped chan struct{} }
+// stopRecorder is an eventRecorder that notes SetStopped.
+type stopRecorder struct {
+	eventRecorder
+	stopped chan struct{}
+}
 
-func (stopRecorder) Report(context.Context, runner.Status) {}
-func (s stopRecorder) SetStopped(context.Context) error {
+func (s *stopRecorder) SetStopped(context.Context) error {
 	close(s.stopped)
 	return nil
 }
@@ -140,7 +142,7 @@ func TestGuestShutdownStops(t *testing.T) {
 	v.writeFile("config.yaml", strings.Replace(readFile(t, v.config), `"/Runner":`, "\"/Runner\":\n  guestShutdownStops: true", 1))
 	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")}})
 	require.NoError(t, err)
-	rec := stopRecorder{stopped: make(chan struct{})}
+	rec := &stopRecorder{stopped: make(chan struct{})}
 	r.UseReporter(rec)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(t.Context()) }()
@@ -166,6 +168,8 @@ func TestGuestShutdownStops(t *testing.T) {
 	default:
 		t.Fatal("the desired state was not set to Stopped")
 	}
+	require.Equal(t, []string{runner.ReasonStarted, runner.ReasonGuestShutdown}, rec.reasons())
+	require.Equal(t, "The guest shut itself down; it stays stopped (spec.guestShutdownStops)", rec.only(t, runner.ReasonGuestShutdown).Message)
 }
 
 // TestGuestAgentShutdown: with a guest agent connected, SIGTERM goes to the

@@ -34,6 +34,11 @@ type liveState struct {
 	password       []byte
 	expiry         string
 	agentConnected bool
+	// bootTold: the Booted event went out for the agent's connection.
+	bootTold bool
+	// ramChanging: a live change of the RAM waits for the balloon to
+	// reach it.
+	ramChanging bool
 	// resetCounter is the highest resetCounter applied; the one of the
 	// config the VM started with counts as applied.
 	resetCounter int64
@@ -66,6 +71,7 @@ func (l *liveState) apply(ctx context.Context, c *runnerconfig.Config) error {
 		} else {
 			l.r.log.Info("Balloon target set", "bytes", ram)
 			l.ram = ram
+			l.ramChanging = l.r.status.Running
 		}
 	}
 	i := 0
@@ -190,6 +196,9 @@ func (l *liveState) countCPUs(ctx context.Context) error {
 			delete(l.unplugging, p)
 		}
 	}
+	if l.r.status.Running && n != l.r.status.CPUs {
+		l.r.event(ctx, Event{Reason: ReasonCPUsChanged, Action: actionSetCPUs, Message: fmt.Sprintf("The guest has %d CPUs (before: %d)", n, l.r.status.CPUs)})
+	}
 	l.r.status.CPUs = n
 	return nil
 }
@@ -213,6 +222,8 @@ func (l *liveState) changeCD(ctx context.Context, id, file string) {
 		l.cdFailed(ctx, id, err)
 	case !open:
 		l.r.log.Info("CD change waits for the guest to release the tray", "drive", id)
+		p := CDProblem{Drive: id, Index: l.cdIndex(id), Image: file}
+		l.r.event(ctx, Event{Reason: ReasonWaitingForTray, Action: actionChangeMedium, Message: p.String()})
 	}
 }
 
@@ -228,7 +239,19 @@ func (l *liveState) cdFailed(ctx context.Context, id string, err error) {
 		_ = l.r.mon.BlockdevCloseTray(ctx, id)
 		l.cds[id] = ""
 	}
-	l.failedCDs[id] = CDProblem{Drive: id, Image: file, Err: err.Error()}
+	p := CDProblem{Drive: id, Index: l.cdIndex(id), Image: file, Err: err.Error()}
+	l.failedCDs[id] = p
+	l.r.event(ctx, Event{Warning: true, Reason: ReasonMediumUnavailable, Action: actionChangeMedium, Message: p.String()})
+}
+
+// cdIndex is the index of CD drive id in the config's drives.
+func (l *liveState) cdIndex(id string) int {
+	for _, cd := range l.r.machine.CDROMs {
+		if cd.ID == id {
+			return cd.Index
+		}
+	}
+	return -1
 }
 
 // cdStatus puts the CD drives that do not hold their medium into the
@@ -308,6 +331,14 @@ func (l *liveState) finishCD(ctx context.Context, id string) error {
 	delete(l.pendingCDs, id)
 	l.cds[id] = file
 	l.r.log.Info("CD medium changed", "drive", id, "file", file)
+	if l.r.status.Running {
+		what := fmt.Sprintf("inserted %q", file)
+		if file == "" {
+			what = "ejected the medium"
+		}
+		l.r.event(ctx, Event{Reason: ReasonMediumChanged, Action: actionChangeMedium,
+			Message: fmt.Sprintf("CD drive %s (%s): %s", id, cdField(l.cdIndex(id)), what)})
+	}
 	return nil
 }
 
@@ -341,7 +372,8 @@ func (l *liveState) updatePassword(ctx context.Context) error {
 		}
 		return nil
 	}
-	if pw == nil {
+	locked := pw == nil
+	if locked {
 		// The Secret went away: lock the display rather than leave the
 		// last password valid.
 		random := make([]byte, 16)
@@ -362,6 +394,13 @@ func (l *liveState) updatePassword(ctx context.Context) error {
 	l.password, l.expiry = pw, expiry
 	r.status.DisplayPasswordSerial++
 	r.log.Info("Display password set", "expiry", expiry, "serial", r.status.DisplayPasswordSerial)
+	if r.status.Running {
+		msg := "The display password changed (expiry: " + expiry + ")"
+		if locked {
+			msg = "The display Secret holds no password: the display is locked"
+		}
+		r.event(ctx, Event{Reason: ReasonDisplayPasswordChanged, Action: actionSetPassword, Message: msg})
+	}
 	return nil
 }
 
@@ -388,10 +427,15 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 		if actual, ok := ev.Data["actual"].(float64); ok {
 			r.status.RAM = int64(actual)
 			r.report(ctx)
+			if l.ramChanging && r.status.RAM == l.ram {
+				l.ramChanging = false
+				r.event(ctx, Event{Reason: ReasonRAMChanged, Action: actionSetRAM, Message: "The guest's RAM is " + mib(l.ram) + " (balloon)"})
+			}
 		}
 	case qmp.EventVserportChange:
 		if id, _ := ev.Data["id"].(string); id == "guest-agent" {
 			l.agentConnected, _ = ev.Data["open"].(bool)
+			l.bootTold = false
 			r.status.Booted = l.agentConnected
 			if l.agentConnected && !l.stopping {
 				r.guest.start(ctx, r)

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -90,11 +91,13 @@ func (r *Runner) loop(ctx context.Context) error {
 		case <-acpiLater:
 			acpiLater = nil
 			r.log.Warn("The guest still runs after its agent took the shutdown", "after", agentShutdownGrace)
-			r.pressPowerButton(bg)
+			r.pressPowerButton(bg, fmt.Sprintf(": the guest still runs %s after its agent took the shutdown", agentShutdownGrace))
 		case <-stopTimer:
 			stopTimer = nil
 			forced = true
 			r.log.Warn("The guest did not shut down in time: stopping qemu", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
+			r.event(bg, Event{Warning: true, Reason: ReasonShutdownForced, Action: actionStop,
+				Message: fmt.Sprintf("The guest did not shut down within powerdownTimeout (%ds): qemu is stopped hard", *r.config.VM.PowerdownTimeout)})
 			if err := r.mon.Quit(bg); err != nil {
 				r.qemu.kill()
 			}
@@ -106,7 +109,7 @@ func (r *Runner) loop(ctx context.Context) error {
 			if killTimerT != nil {
 				killTimerT.Stop()
 			}
-			return r.qemuEnded(bg, guestShutdown, forced, stopping)
+			return r.qemuEnded(bg, guestShutdown, forced, stopStarted)
 		case ev, ok := <-events:
 			if !ok {
 				events = nil // the monitor closed; qemu's exit follows
@@ -129,9 +132,16 @@ func (r *Runner) loop(ctx context.Context) error {
 			if !stopping {
 				r.live.retryCDs(bg)
 			}
-		case info := <-r.guest.infos:
-			if r.live.agentConnected && !reflect.DeepEqual(info, r.status.Guest) {
-				r.status.Guest = info
+		case a := <-r.guest.answers:
+			if !r.live.agentConnected {
+				continue
+			}
+			if !r.live.bootTold {
+				r.live.bootTold = true
+				r.event(bg, Event{Reason: ReasonBooted, Action: actionBoot, Message: bootedMessage(a.info, a.told)})
+			}
+			if a.told && !reflect.DeepEqual(a.info, r.status.Guest) {
+				r.status.Guest = a.info
 				r.report(bg)
 			}
 		case <-reload.C:
@@ -153,8 +163,9 @@ func (r *Runner) watched(path string) bool {
 	return false
 }
 
-// qemuEnded turns the way qemu ended into the runner's exit.
-func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced, stopping bool) error {
+// qemuEnded turns the way qemu ended into the runner's exit. stopStarted
+// is when the runner asked the guest to stop; zero when it did not.
+func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced bool, stopStarted time.Time) error {
 	r.ready.Store(false)
 	r.status.Running = false
 	r.status.Booted = false
@@ -163,17 +174,35 @@ func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced, stopping 
 	r.status.ConsoleClient = ""
 	r.report(ctx)
 	err := exitFor(r.qemu, guestShutdown, forced)
+	stopping := !stopStarted.IsZero()
+	shutdown := Event{Reason: ReasonGuestShutdown, Action: actionShutdown}
 	switch {
 	case err == nil && !stopping && r.config.GuestShutdownStops:
 		// The guest shut itself down: keep the pod from restarting it.
+		shutdown.Message = "The guest shut itself down; it stays stopped (spec.guestShutdownStops)"
 		if err := r.opts.Reporter.SetStopped(ctx); err != nil {
 			r.log.Error("Could not set the desired state to Stopped", "err", err)
+			shutdown.Message = "The guest shut itself down; setting the VM's state to Stopped (spec.guestShutdownStops) failed: " + err.Error()
 		}
 		r.log.Info("The guest shut down; its desired state is now Stopped")
+		r.event(ctx, shutdown)
+	case err == nil && !stopping:
+		r.log.Info("The guest shut down cleanly")
+		shutdown.Message = "The guest shut itself down; it starts again (spec.guestShutdownStops is not set)"
+		r.event(ctx, shutdown)
 	case err == nil:
 		r.log.Info("The guest shut down cleanly")
+		r.event(ctx, Event{Reason: ReasonShutdownCompleted, Action: actionShutdown,
+			Message: fmt.Sprintf("The guest shut down %s after it was asked to", seconds(time.Since(stopStarted)))})
 	default:
 		r.log.Error("VM stopped", "err", err)
+		if !forced { // ShutdownForced told of it
+			msg := err.Error()
+			if w := r.qemu.lastWords(); w != "" {
+				msg += "; its last words: " + w
+			}
+			r.event(ctx, Event{Warning: true, Reason: ReasonQemuExited, Action: actionExit, Message: msg})
+		}
 	}
 	return err
 }
@@ -186,21 +215,27 @@ func (r *Runner) askGuestToStop(ctx context.Context) (byAgent bool) {
 	if r.live.agentConnected {
 		if err := agentShutdown(ctx, r.machine.GuestAgentSocket); err == nil {
 			r.log.Info("Asked the guest agent to shut down", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
+			r.event(ctx, Event{Reason: ReasonShutdownRequested, Action: actionShutdown,
+				Message: fmt.Sprintf("Asked the guest agent to shut the guest down (powerdownTimeout %ds)", *r.config.VM.PowerdownTimeout)})
 			return true
 		} else {
 			r.log.Warn("The guest agent did not take the shutdown; trying ACPI", "err", err)
 		}
 	}
-	r.pressPowerButton(ctx)
+	r.pressPowerButton(ctx, "")
 	return false
 }
 
-func (r *Runner) pressPowerButton(ctx context.Context) {
+// pressPowerButton sends the ACPI power button; because, when not empty,
+// tells the event why (": ...").
+func (r *Runner) pressPowerButton(ctx context.Context, because string) {
 	if err := r.mon.SystemPowerdown(ctx); err != nil {
 		r.log.Error("system_powerdown", "err", err)
 		return
 	}
 	r.log.Info("Sent the ACPI power button", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
+	r.event(ctx, Event{Reason: ReasonShutdownRequested, Action: actionShutdown,
+		Message: fmt.Sprintf("Pressed the ACPI power button%s (powerdownTimeout %ds)", because, *r.config.VM.PowerdownTimeout)})
 }
 
 // reload reads the config again and applies what can change live. An

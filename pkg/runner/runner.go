@@ -112,13 +112,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.cleanup()
 	started := time.Now()
 	if err := r.launch(ctx); err != nil {
-		return r.startError(err)
+		return r.startFailed(ctx, r.startError(err))
 	}
 	if err := r.mon.Cont(ctx); err != nil {
-		return r.startError(fmt.Errorf("QMP cont: %w", err))
+		return r.startFailed(ctx, r.startError(fmt.Errorf("QMP cont: %w", err)))
 	}
 	r.running(ctx)
 	r.log.Info("VM running", "startup", time.Since(started).Round(time.Millisecond), "accel", r.machine.Accel)
+	r.event(ctx, Event{Reason: ReasonStarted, Action: actionStart, Message: startedMessage(r.machine.Accel, r.config.VM.Accelerator)})
 	stopProbe, err := r.serveProbe()
 	if err != nil {
 		return &ExitError{Code: runnerexit.Failed, Err: err}

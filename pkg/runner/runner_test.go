@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/internal/spicetest"
-	"github.com/vmop/vmop/internal/statusrecorder"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerexit"
@@ -370,8 +369,8 @@ func TestMissingCDBootsWithoutIt(t *testing.T) {
 		"- type: ide-cd\n  file: DIR/missing.iso\n- type: ide-cd\n  file: DIR/a.iso\n", 1)
 	cfg = strings.Replace(cfg, "powerdownTimeout: 30", "powerdownTimeout: 1", 1)
 	v := newVM(t, cfg)
-	rec := &statusrecorder.Recorder{}
-	done := v.runInProcess(rec)
+	rec := &eventRecorder{}
+	done, _ := v.runInProcess(rec)
 	mon, err := qmp.Dial(t.Context(), filepath.Join(v.runtime, "test.sock"))
 	require.NoError(t, err)
 	t.Cleanup(func() { mon.Close() })
@@ -390,6 +389,13 @@ func TestMissingCDBootsWithoutIt(t *testing.T) {
 	require.Equal(t, 0, p.Index)
 	require.Equal(t, filepath.Join(v.dir, "missing.iso"), p.Image)
 	require.Contains(t, p.Err, "No such file or directory")
+	// The event says the same, as a warning, once; the medium the VM
+	// starts with is no change.
+	e := rec.only(t, runner.ReasonMediumUnavailable)
+	require.True(t, e.Warning)
+	require.Equal(t, p.String(), e.Message)
+	require.Contains(t, e.Message, "CD drive cd0 (spec.vm.disks[0].cdrom.image) is empty: \""+p.Image+"\" cannot be opened: ")
+	require.Zero(t, rec.count(runner.ReasonMediumChanged))
 
 	v.writeConfig(strings.Replace(cfg, "missing.iso", "b.iso", 1))
 	eventually(t, 10*time.Second, func() error {
@@ -405,6 +411,9 @@ func TestMissingCDBootsWithoutIt(t *testing.T) {
 		}
 		return nil
 	})
+	e = rec.only(t, runner.ReasonMediumChanged)
+	require.False(t, e.Warning)
+	require.Equal(t, fmt.Sprintf("CD drive cd0 (spec.vm.disks[0].cdrom.image): inserted %q", filepath.Join(v.dir, "b.iso")), e.Message)
 	select {
 	case err := <-done:
 		t.Fatalf("the runner ended: %v", err)
@@ -534,12 +543,10 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-// TestStatusReports: what the runner observes reaches its Reporter: the
-// VM running, CPUs, the password serial, and a SPICE client connecting
-// and leaving.
 // runInProcess runs the runner in the test's process, reporting to rec,
-// until the test ends; the channel gets Run's result.
-func (v *vm) runInProcess(rec *statusrecorder.Recorder) <-chan error {
+// until the test ends or calls stop (SIGTERM); the channel gets Run's
+// result.
+func (v *vm) runInProcess(rec runner.Reporter) (<-chan error, func()) {
 	v.t.Helper()
 	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")}})
 	require.NoError(v.t, err)
@@ -556,14 +563,18 @@ func (v *vm) runInProcess(rec *statusrecorder.Recorder) <-chan error {
 		cancel()
 		<-done
 	})
-	return result
+	return result, cancel
 }
 
+// TestStatusReports: what the runner observes reaches its Reporter: the
+// VM running, CPUs, the password serial, and a SPICE client connecting
+// and leaving; of these, only the start and a changed password are events.
+// A stop of a guest that ignores ACPI ends in a forced stop.
 func TestStatusReports(t *testing.T) {
 	v := newVM(t, strings.Replace(firmwareVM, "powerdownTimeout: 30", "powerdownTimeout: 1", 1))
 	v.writeFile("display-password", "pw")
-	rec := &statusrecorder.Recorder{}
-	v.runInProcess(rec)
+	rec := &eventRecorder{}
+	result, stop := v.runInProcess(rec)
 	eventually(t, 30*time.Second, func() error {
 		// No guest driver takes the balloon's RAM: the guest has all of it,
 		// and says so without a BALLOON_CHANGE event.
@@ -591,4 +602,20 @@ func TestStatusReports(t *testing.T) {
 		}
 		return nil
 	})
+
+	v.writeFile("display-password", "secret-2")
+	e := rec.wait(t, runner.ReasonDisplayPasswordChanged)
+	require.Equal(t, "The display password changed (expiry: never)", e.Message)
+
+	// SeaBIOS ignores the power button.
+	stop()
+	var exit *runner.ExitError
+	require.ErrorAs(t, <-result, &exit)
+	require.Equal(t, runnerexit.Forced, exit.Code)
+	require.Equal(t, []string{runner.ReasonStarted, runner.ReasonDisplayPasswordChanged, runner.ReasonShutdownRequested, runner.ReasonShutdownForced}, rec.reasons())
+	require.Equal(t, "qemu runs the guest with the tcg accelerator", rec.only(t, runner.ReasonStarted).Message)
+	require.Equal(t, "Pressed the ACPI power button (powerdownTimeout 1s)", rec.only(t, runner.ReasonShutdownRequested).Message)
+	forced := rec.only(t, runner.ReasonShutdownForced)
+	require.True(t, forced.Warning)
+	require.Equal(t, "The guest did not shut down within powerdownTimeout (1s): qemu is stopped hard", forced.Message)
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/vmop/vmop/pkg/guestagent"
 )
@@ -37,8 +38,22 @@ type CDProblem struct {
 	Err   string
 }
 
+// Field is the VirtualMachine's field that names the drive's medium.
+func (p CDProblem) Field() string { return cdField(p.Index) }
+
+func cdField(index int) string { return fmt.Sprintf("spec.vm.disks[%d].cdrom.image", index) }
+
+// String says what is wrong and what to do, naming the drive by its field.
+func (p CDProblem) String() string {
+	if p.Err == "" {
+		return fmt.Sprintf("CD drive %s (%s): the change to %q waits for the guest to release the tray (unmount or eject the CD in the guest)", p.Drive, p.Field(), p.Image)
+	}
+	return fmt.Sprintf("CD drive %s (%s) is empty: %q cannot be opened: %s (the VM runs without it; fix the image or change the field to try again)", p.Drive, p.Field(), p.Image, p.Err)
+}
+
 // Reporter passes the runner's observations on (in a cluster, to the
-// VirtualMachine's status).
+// VirtualMachine's status). One that is an EventReporter too gets the VM's
+// events.
 type Reporter interface {
 	// Report is called with the whole status after every change.
 	Report(ctx context.Context, s Status)

@@ -14,9 +14,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,8 +52,8 @@ const (
 	ConditionMediaLoaded = "MediaLoaded"
 
 	ReasonMediaLoaded     = "MediaLoaded"
-	ReasonMediumFailed    = "MediumUnavailable"
-	ReasonMediumWaitsTray = "WaitingForTray"
+	ReasonMediumFailed    = runner.ReasonMediumUnavailable
+	ReasonMediumWaitsTray = runner.ReasonWaitingForTray
 )
 
 // ErrNotInCluster tells that the runner does not run in a pod, so there is
@@ -92,16 +95,22 @@ const (
 	vmAbsent
 )
 
-// Reporter writes the runner's status to a VirtualMachine. It implements
-// runner.Reporter; all methods are safe for concurrent use.
+// Reporter writes the runner's status to a VirtualMachine and its events
+// regarding the VirtualMachine or, in GitOps mode, the StatefulSet. It
+// implements runner.Reporter and runner.EventReporter; all methods are
+// safe for concurrent use.
 type Reporter struct {
 	namespace, name string
-	log             *slog.Logger
-	opts            options
-	vms             dynamic.ResourceInterface
+	// pod is the runner's: the StatefulSet's only pod (the admission
+	// policy vm-runner-own-vm relies on the same name).
+	pod  string
+	log  *slog.Logger
+	opts options
+	vms  dynamic.ResourceInterface
 	// statefulSets is dynamic too: the typed clientset links every API
 	// group into the runner, which costs it megabytes of memory.
 	statefulSets dynamic.ResourceInterface
+	events       dynamic.ResourceInterface
 
 	mu     sync.Mutex
 	latest runner.Status
@@ -115,6 +124,16 @@ type Reporter struct {
 	runCtx   context.Context
 	cancel   context.CancelFunc
 
+	eventQ     chan queuedEvent
+	eventsDone chan struct{}
+	// regarding is what the events are about, nil until the status writer
+	// knows whether there is a VirtualMachine; known is closed then.
+	regarding atomic.Pointer[corev1.ObjectReference]
+	known     chan struct{}
+	knownOnce sync.Once
+	// series are the events written lately; owned by the event writer.
+	series map[seriesKey]*series
+
 	// Owned by the goroutine.
 	state      vmState
 	generation int64
@@ -124,10 +143,13 @@ type Reporter struct {
 	failures   int
 }
 
-var _ runner.Reporter = (*Reporter)(nil)
+var (
+	_ runner.Reporter      = (*Reporter)(nil)
+	_ runner.EventReporter = (*Reporter)(nil)
+)
 
 // New returns a Reporter for the VirtualMachine namespace/vm and starts
-// its writer; Stop ends it. A nil log means slog.Default().
+// its writers; Stop ends them. A nil log means slog.Default().
 func New(cfg *rest.Config, namespace, vm string, log *slog.Logger) (*Reporter, error) {
 	return newReporter(cfg, namespace, vm, log, defaultOptions)
 }
@@ -173,12 +195,19 @@ func newReporter(cfg *rest.Config, namespace, vm string, log *slog.Logger, opts 
 		opts:         opts,
 		vms:          dc.Resource(v1.GroupVersionResource).Namespace(namespace),
 		statefulSets: dc.Resource(appsv1.SchemeGroupVersion.WithResource("statefulsets")).Namespace(namespace),
+		events:       dc.Resource(eventsv1.SchemeGroupVersion.WithResource("events")).Namespace(namespace),
+		pod:          vm + "-0",
 		notify:       make(chan struct{}, 1),
 		stopping:     make(chan struct{}),
 		done:         make(chan struct{}),
+		eventQ:       make(chan queuedEvent, eventQueue),
+		eventsDone:   make(chan struct{}),
+		known:        make(chan struct{}),
+		series:       map[seriesKey]*series{},
 	}
 	r.runCtx, r.cancel = context.WithCancel(context.Background())
 	go r.run()
+	go r.writeEvents()
 	return r, nil
 }
 
@@ -196,9 +225,10 @@ func (r *Reporter) Report(_ context.Context, s runner.Status) {
 }
 
 // Stop writes the final status (the VM not running, as qemu ends with the
-// runner) and ends the writer. ctx bounds the write; without a deadline a
-// default applies. Pass a fresh context: the runner's is usually
-// cancelled by then. Later calls return the first result.
+// runner) and the events reported before, and ends the writers. ctx bounds
+// the writes; without a deadline a default applies. Pass a fresh context:
+// the runner's is usually cancelled by then. Later calls return the first
+// result.
 func (r *Reporter) Stop(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -206,10 +236,16 @@ func (r *Reporter) Stop(ctx context.Context) error {
 		defer cancel()
 	}
 	r.stopOnce.Do(func() { close(r.stopping) })
-	// An expired ctx aborts the request in flight too.
+	// An expired ctx aborts the requests in flight too.
 	defer context.AfterFunc(ctx, r.cancel)()
 	select {
+	case <-r.eventsDone:
+	case <-ctx.Done():
+		return fmt.Errorf("events of %s/%s: %w", r.namespace, r.name, ctx.Err())
+	}
+	select {
 	case <-r.done:
+		r.cancel()
 		return r.finalErr
 	case <-ctx.Done():
 		return fmt.Errorf("final status of %s/%s: %w", r.namespace, r.name, ctx.Err())
@@ -243,7 +279,6 @@ func (r *Reporter) SetStopped(ctx context.Context) error {
 // bursts) and on its retry timer, until Stop.
 func (r *Reporter) run() {
 	defer close(r.done)
-	defer r.cancel()
 	var (
 		timer   *time.Timer
 		timerC  <-chan time.Time
@@ -293,6 +328,7 @@ func (r *Reporter) step(ctx context.Context) time.Time {
 			r.log.Info("The VirtualMachine exists now; reporting its status")
 		}
 		r.state = vmPresent
+		r.setRegarding(r.vmRef(vm.GetUID()))
 		r.observe(vm)
 	}
 	r.mu.Lock()
@@ -317,9 +353,10 @@ func (r *Reporter) step(ctx context.Context) time.Time {
 func (r *Reporter) failed(err error, what string) time.Time {
 	if apierrors.IsNotFound(err) {
 		if r.state != vmAbsent {
-			r.log.Info("No VirtualMachine (GitOps mode?); the status is not reported", "recheck", r.opts.absentRecheck)
+			r.log.Info("No VirtualMachine (GitOps mode?); the status is not reported, events regard the StatefulSet", "recheck", r.opts.absentRecheck)
 		}
 		r.state = vmAbsent
+		r.setRegarding(r.statefulSetRef())
 		r.written = nil
 		r.failures = 0
 		return time.Now().Add(r.opts.absentRecheck)
@@ -327,10 +364,7 @@ func (r *Reporter) failed(err error, what string) time.Time {
 	if errors.Is(err, context.Canceled) {
 		return time.Time{}
 	}
-	d := r.opts.minBackoff << min(r.failures, 16)
-	if d <= 0 || d > r.opts.maxBackoff {
-		d = r.opts.maxBackoff
-	}
+	d := r.backoff(r.failures)
 	r.failures++
 	attrs := []any{"err", err, "retry", d}
 	if apierrors.IsForbidden(err) {
@@ -338,6 +372,15 @@ func (r *Reporter) failed(err error, what string) time.Time {
 	}
 	r.log.Warn("Cannot "+what+" the VirtualMachine", attrs...)
 	return time.Now().Add(d)
+}
+
+// backoff is the wait after the given number of failures in a row.
+func (r *Reporter) backoff(failures int) time.Duration {
+	d := r.opts.minBackoff << min(failures, 16)
+	if d <= 0 || d > r.opts.maxBackoff {
+		d = r.opts.maxBackoff
+	}
+	return d
 }
 
 // final writes the status for a stopped runner, retrying until the
@@ -502,13 +545,10 @@ func mediaCondition(ps []runner.CDProblem) metav1.Condition {
 	reason := ReasonMediumWaitsTray
 	var msgs []string
 	for _, p := range ps {
-		field := fmt.Sprintf("spec.vm.disks[%d].cdrom.image", p.Index)
-		if p.Err == "" {
-			msgs = append(msgs, fmt.Sprintf("CD drive %s (%s): the change to %q waits for the guest to release the tray (unmount or eject the CD in the guest)", p.Drive, field, p.Image))
-			continue
+		if p.Err != "" {
+			reason = ReasonMediumFailed
 		}
-		reason = ReasonMediumFailed
-		msgs = append(msgs, fmt.Sprintf("CD drive %s (%s) is empty: %q cannot be opened: %s (the VM runs without it; fix the image or change the field to try again)", p.Drive, field, p.Image, p.Err))
+		msgs = append(msgs, p.String())
 	}
 	return metav1.Condition{Type: ConditionMediaLoaded, Status: metav1.ConditionFalse, Reason: reason, Message: strings.Join(msgs, "; ") + "."}
 }

@@ -5,14 +5,17 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -329,6 +332,104 @@ func TestReporter(t *testing.T) {
 		require.Empty(t, e.status(t, "default", "forbidden").Conditions)
 	})
 
+	t.Run("events regard the VirtualMachine, a repeat counts in a series, Stop writes the last", func(t *testing.T) {
+		e.createVM(t, "default", "events")
+		uid := e.getVM(t, "default", "events").GetUID()
+		clock := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+		opts := testOptions()
+		opts.now = clock.Now
+		logs := &logBuffer{}
+		r := e.reporter(t, e.cfg, "default", "events", logs, opts)
+		t0 := clock.Now()
+		started := runner.Event{Reason: runner.ReasonStarted, Action: "Start", Message: "qemu runs the guest with the kvm accelerator"}
+		missing := runner.Event{Warning: true, Reason: runner.ReasonMediumUnavailable, Action: "ChangeMedium", Message: "CD drive cd0 is empty"}
+		r.Event(ctx, started)
+		t1 := clock.Add(time.Second)
+		r.Event(ctx, missing)
+		evs := e.waitEvents(t, "default", "events", 2)
+		require.Equal(t, corev1.ObjectReference{APIVersion: v1.APIVersion, Kind: v1.Kind, Namespace: "default", Name: "events", UID: uid}, evs[0].Regarding)
+		require.Equal(t, &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: "default", Name: "events-0"}, evs[0].Related)
+		require.Equal(t, ReportingController, evs[0].ReportingController)
+		require.Equal(t, "events-0", evs[0].ReportingInstance)
+		require.Equal(t, []string{"Normal", "Start", runner.ReasonStarted, started.Message}, []string{evs[0].Type, evs[0].Action, evs[0].Reason, evs[0].Note})
+		require.Equal(t, []string{"Warning", "ChangeMedium", runner.ReasonMediumUnavailable, missing.Message}, []string{evs[1].Type, evs[1].Action, evs[1].Reason, evs[1].Note})
+		require.True(t, t0.Equal(evs[0].EventTime.Time), "eventTime %v", evs[0].EventTime)
+		require.Nil(t, evs[1].Series)
+
+		// The same within the window: one Event with a series.
+		var last time.Time
+		for range 3 {
+			last = clock.Add(time.Minute)
+			r.Event(ctx, missing)
+		}
+		require.Eventually(t, func() bool {
+			evs = e.events(t, "default", "events")
+			return len(evs) == 2 && evs[1].Series != nil && evs[1].Series.Count == 4
+		}, 10*time.Second, 20*time.Millisecond, "series of 4: %+v", evs)
+		require.True(t, last.Equal(evs[1].Series.LastObservedTime.Time), "lastObservedTime %v", evs[1].Series.LastObservedTime)
+		require.True(t, t1.Equal(evs[1].EventTime.Time), "eventTime stays the first's")
+
+		// Later than the window, or with another message: new Events.
+		clock.Add(seriesWindow)
+		r.Event(ctx, missing)
+		clock.Add(time.Second)
+		r.Event(ctx, runner.Event{Warning: true, Reason: runner.ReasonMediumUnavailable, Action: "ChangeMedium", Message: "CD drive cd1 is empty"})
+		e.waitEvents(t, "default", "events", 4)
+
+		// Stop writes what was reported just before it.
+		clock.Add(time.Second)
+		r.Event(ctx, runner.Event{Reason: runner.ReasonShutdownCompleted, Action: "Shutdown", Message: "The guest shut down"})
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(stopCtx))
+		evs = e.events(t, "default", "events")
+		require.Len(t, evs, 5)
+		require.Equal(t, runner.ReasonShutdownCompleted, evs[4].Reason)
+		require.Zero(t, logs.count("level=WARN"), logs.String())
+	})
+
+	t.Run("GitOps mode: events regard the StatefulSet", func(t *testing.T) {
+		e.createStatefulSet(t, "default", "gitops-events")
+		r := e.reporter(t, e.cfg, "default", "gitops-events", nil, testOptions())
+		r.Event(ctx, runner.Event{Reason: runner.ReasonGuestShutdown, Action: "Shutdown", Message: "The guest shut itself down"})
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(stopCtx))
+		evs := e.events(t, "default", "gitops-events")
+		require.Len(t, evs, 1)
+		require.Equal(t, corev1.ObjectReference{APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: "default", Name: "gitops-events"}, evs[0].Regarding)
+		require.Equal(t, "gitops-events-0", evs[0].ReportingInstance)
+	})
+
+	t.Run("an unreachable API server: events queue up to a bound, Stop gives up at its deadline", func(t *testing.T) {
+		cfg := rest.CopyConfig(e.cfg)
+		cfg.Host = "https://127.0.0.1:1" // nothing listens
+		logs := &logBuffer{}
+		r := e.reporter(t, cfg, "default", "unreachable", logs, testOptions())
+		const n = 100
+		start := time.Now()
+		for range n {
+			r.Event(ctx, runner.Event{Reason: runner.ReasonStarted, Action: "Start", Message: "started"})
+		}
+		require.Less(t, time.Since(start), time.Second, "Event does not wait for the API server")
+		// The writer may have taken one off the queue already.
+		dropped := logs.count("dropped one")
+		require.True(t, dropped == n-eventQueue || dropped == n-eventQueue-1, "%d dropped", dropped)
+		stopCtx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		require.Error(t, r.Stop(stopCtx))
+		require.Eventually(t, func() bool { return logs.count("Event not written") == n-dropped }, 5*time.Second, 20*time.Millisecond,
+			"each queued event is logged as lost: %s", logs.String())
+	})
+
+	t.Run("long notes are cut on a rune boundary", func(t *testing.T) {
+		require.Equal(t, "abc", truncate("abc", 3))
+		cut := truncate(strings.Repeat("ä", 600), noteLimit)
+		require.LessOrEqual(t, len(cut), noteLimit)
+		require.True(t, utf8.ValidString(cut))
+		require.True(t, strings.HasSuffix(cut, "ä..."))
+	})
+
 	t.Run("the runner ClusterRole grants all the reporter needs", func(t *testing.T) {
 		// As installed and bound by the operator; the admission policy
 		// that limits a runner to its own VM is tested in pkg/install.
@@ -362,9 +463,15 @@ func TestReporter(t *testing.T) {
 		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2, RAM: gib, ConsoleClient: "c", DisplayPasswordSerial: 1})
 		e.waitStatus(t, ns, "vm", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
 		require.NoError(t, r.SetStopped(ctx))
+		shutdown := runner.Event{Reason: runner.ReasonGuestShutdown, Action: "Shutdown", Message: "The guest shut itself down"}
+		r.Event(ctx, shutdown)
+		r.Event(ctx, shutdown) // a series
 		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		require.NoError(t, r.Stop(stopCtx))
+		evs := e.events(t, ns, "vm")
+		require.Len(t, evs, 1)
+		require.EqualValues(t, 2, evs[0].Series.Count)
 		st := e.status(t, ns, "vm")
 		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionBooted).Status)
 		state, _, _ := unstructured.NestedString(e.getVM(t, ns, "vm").Object, "spec", "vm", "state")
@@ -376,7 +483,9 @@ func TestReporter(t *testing.T) {
 		require.Eventually(t, func() bool { return logs.count("No VirtualMachine") == 1 }, 5*time.Second, 20*time.Millisecond)
 		require.NoError(t, gitops.SetStopped(ctx))
 		require.EqualValues(t, 0, e.replicas(t, ns, "gitops"))
+		gitops.Event(ctx, shutdown)
 		require.NoError(t, gitops.Stop(stopCtx))
+		require.Len(t, e.events(t, ns, "gitops"), 1)
 		require.Zero(t, logs.count("level=WARN"), logs.String())
 		require.Zero(t, logs.count("level=ERROR"), logs.String())
 	})
@@ -451,6 +560,32 @@ func (e *env) waitStatus(t *testing.T, ns, name string, ok func(*v1.VirtualMachi
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// events are the Events regarding the object name, oldest first.
+func (e *env) events(t *testing.T, ns, name string) []eventsv1.Event {
+	t.Helper()
+	list, err := e.cs.EventsV1().Events(ns).List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	var out []eventsv1.Event
+	for _, ev := range list.Items {
+		if ev.Regarding.Name == name {
+			out = append(out, ev)
+		}
+	}
+	slices.SortFunc(out, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
+	return out
+}
+
+// waitEvents waits until n Events regard name and returns them.
+func (e *env) waitEvents(t *testing.T, ns, name string, n int) []eventsv1.Event {
+	t.Helper()
+	var evs []eventsv1.Event
+	require.Eventually(t, func() bool {
+		evs = e.events(t, ns, name)
+		return len(evs) == n
+	}, 10*time.Second, 20*time.Millisecond, "%d events regarding %s/%s", n, ns, name)
+	return evs
 }
 
 func (e *env) createStatefulSet(t *testing.T, ns, name string) {
