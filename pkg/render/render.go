@@ -58,7 +58,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "7"
+const Version = "8"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -433,6 +433,15 @@ func (r *renderer) container() corev1.Container {
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		// qemu needs /dev/kvm, tap devices and the raw disks.
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+		// Ready while qemu runs the VM, so that a runner restarted after
+		// a failure counts as failing until its VM runs again, and the
+		// StatefulSet's readyReplicas (GitOps tools' health) means a VM.
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"vm-runner", "probe"}}},
+			PeriodSeconds:    5,
+			TimeoutSeconds:   5,
+			FailureThreshold: 2,
+		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: VolumeConfig, MountPath: runnerconfig.ConfigDir, ReadOnly: true},
 			{Name: VolumeRunnerData, MountPath: runnerconfig.DataDir},

@@ -78,6 +78,22 @@ func qemuFailed(t *corev1.ContainerStateTerminated, restarts int32) metav1.Condi
 	return Condition(v1.ConditionFailed, true, v1.ReasonQemuFailed, fmt.Sprintf("%s (%d restarts).", msg, restarts))
 }
 
+// runnerFailed is the Failed condition of a runner that failed and was
+// restarted: t is how it ended last (nil if unknown).
+func runnerFailed(t *corev1.ContainerStateTerminated, restarts int32) metav1.Condition {
+	if t != nil && t.ExitCode == runnerexit.QemuRefused {
+		return qemuFailed(t, restarts)
+	}
+	msg := fmt.Sprintf("The runner failed %d times", restarts)
+	if t != nil {
+		msg += fmt.Sprintf("; last exit code %d", t.ExitCode)
+		if m := strings.TrimSpace(t.Message); m != "" {
+			msg += ": " + m
+		}
+	}
+	return Condition(v1.ConditionFailed, true, v1.ReasonCrashLoop, msg+".")
+}
+
 // Condition makes a condition without times.
 func Condition(typ string, on bool, reason, msg string) metav1.Condition {
 	s := metav1.ConditionFalse
@@ -110,6 +126,11 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 		if t := cs.State.Terminated; t != nil && t.ExitCode == runnerexit.QemuRefused {
 			return qemuFailed(t, cs.RestartCount), true
 		}
+		// Restarted after a failure and not yet ready (its readiness probe
+		// asks whether qemu runs): still failing, until the VM runs.
+		if t := cs.LastTerminationState.Terminated; cs.State.Running != nil && !cs.Ready && t != nil && t.ExitCode != 0 {
+			return runnerFailed(t, cs.RestartCount), true
+		}
 		if cs.State.Waiting == nil {
 			continue
 		}
@@ -125,18 +146,7 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 		default:
 			continue
 		}
-		t := cs.LastTerminationState.Terminated
-		if t != nil && t.ExitCode == runnerexit.QemuRefused {
-			return qemuFailed(t, cs.RestartCount), true
-		}
-		msg := fmt.Sprintf("The runner failed %d times", cs.RestartCount)
-		if t != nil {
-			msg += fmt.Sprintf("; last exit code %d", t.ExitCode)
-			if m := strings.TrimSpace(t.Message); m != "" {
-				msg += ": " + m
-			}
-		}
-		return Condition(v1.ConditionFailed, true, v1.ReasonCrashLoop, msg+"."), true
+		return runnerFailed(cs.LastTerminationState.Terminated, cs.RestartCount), true
 	}
 	for _, pc := range pod.Status.Conditions {
 		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {

@@ -51,6 +51,24 @@ func TestPodFailure(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, v1.ReasonQemuFailed, c.Reason)
 
+	// Between back-offs the runner runs for a moment: until its VM runs
+	// (the readiness probe), it still fails; then it has recovered.
+	retrying := refused.DeepCopy()
+	cs = &retrying.Status.ContainerStatuses[0]
+	cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	c, ok = failed(retrying)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonQemuFailed, c.Reason)
+	cs.Ready = true
+	_, ok = failed(retrying)
+	require.False(t, ok, "the VM runs again")
+	cleanRestart := retrying.DeepCopy()
+	cs = &cleanRestart.Status.ContainerStatuses[0]
+	cs.Ready = false
+	cs.LastTerminationState.Terminated.ExitCode = runnerexit.Clean
+	_, ok = failed(cleanRestart)
+	require.False(t, ok, "a runner that ended cleanly (the guest shut down) and starts again is no failure")
+
 	unschedulable := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
 		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 		Message: "0/3 nodes are available: 3 Insufficient memory.",
