@@ -306,6 +306,17 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
+// VMListers are the VirtualMachine caches, one per watched namespace (or
+// one of all), for metrics computed at scrape time (pkg/vmmetrics). They
+// are empty until Run starts the informers, i.e. on a standby replica.
+func (c *Controller) VMListers() []cache.GenericLister {
+	ls := make([]cache.GenericLister, 0, len(c.scopes))
+	for _, s := range c.scopes {
+		ls = append(ls, s.vms)
+	}
+	return ls
+}
+
 // HasSynced tells whether the caches are filled (readiness).
 func (c *Controller) HasSynced() bool {
 	for _, s := range c.synced {

@@ -34,6 +34,7 @@ import (
 	"github.com/vmop/vmop/pkg/controller"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/vmmetrics"
 )
 
 // Options are vm-operator's flags.
@@ -183,6 +184,7 @@ func (o *Options) Run(ctx context.Context) error {
 		cfg.RunnerAccess = install.RunnerAccess
 	}
 	c := controller.New(kube, dyn, cfg)
+	reg.MustRegister(vmmetrics.New(vmmetrics.FromListers(c.VMListers()...)))
 
 	// Ready once the caches are filled, or while waiting as a standby.
 	var leading atomic.Bool

@@ -6,6 +6,7 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -213,15 +214,23 @@ func (o *operator) writes(t testing.TB) int {
 	return n
 }
 
-// writesByKind reads vmop_writes_total by its kind label.
-func (o *operator) writesByKind(t testing.TB) map[string]int {
+// scrape returns the operator's /metrics.
+func (o *operator) scrape(t testing.TB) string {
 	t.Helper()
 	resp, err := http.Get(o.metrics)
 	require.NoError(t, err, "metrics of %s", o.Name)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// writesByKind reads vmop_writes_total by its kind label.
+func (o *operator) writesByKind(t testing.TB) map[string]int {
+	t.Helper()
 	out := map[string]int{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(o.scrape(t)))
 	for sc.Scan() {
 		rest, ok := strings.CutPrefix(sc.Text(), `vmop_writes_total{kind="`)
 		if !ok {

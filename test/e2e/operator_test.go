@@ -245,6 +245,12 @@ func TestOperator(t *testing.T) {
 		require.Regexp(t, `(?m)^  Failed\s+True\s+ApplyFailed\s`, stdout)
 		require.Regexp(t, `(?m)^  Warning\s+ApplyFailed\s+.*vmoperator.jdrupes.org/vm-operator\s+The VM's objects could not be applied`, stdout)
 
+		// Labels in name order, as client_golang writes them.
+		vmSeries := func(metric, label string) string {
+			return fmt.Sprintf(`%s{name="vm3",namespace="%s",%s}`, metric, ns, label)
+		}
+		require.Contains(t, op.scrape(t), vmSeries("vmop_vm_failed", `reason="ApplyFailed"`)+" 1")
+
 		e.allowConfigMaps(t)
 		// The operator retries at most 30 s apart (retryMax).
 		st = e.waitStatus(ns, "vm3", 60*time.Second, "running after the policy is gone", func(st v1.VirtualMachineStatus) bool {
@@ -264,6 +270,9 @@ func TestOperator(t *testing.T) {
 		stdout, _, err = e.plugin(ctx, "status", "-n", ns, "vm3")
 		require.NoError(t, err)
 		require.Regexp(t, `(?m)^Status:\s+Running: `, stdout)
+		metrics := op.scrape(t)
+		require.Contains(t, metrics, vmSeries("vmop_vm_failed", `reason="NoFailure"`)+" 0")
+		require.Contains(t, metrics, vmSeries("vmop_vm_state", `state="Running"`)+" 1")
 	})
 
 	t.Run("a resync of an unchanged cluster writes nothing", func(t *testing.T) {
