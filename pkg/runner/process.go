@@ -69,7 +69,7 @@ func (p *process) describe() string {
 		return "exited normally"
 	case errors.As(p.err, &ee):
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by " + ws.Signal().String()
+			return fmt.Sprintf("killed by signal %d (%s)", ws.Signal(), ws.Signal())
 		}
 		return fmt.Sprintf("exited with code %d", ee.ExitCode())
 	default:

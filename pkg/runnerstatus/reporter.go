@@ -1,6 +1,7 @@
 // Package runnerstatus is vm-runner's runner.Reporter for a cluster: it
-// writes what the runner observes to its VirtualMachine's status, and stops
-// the VM (VirtualMachine or, in GitOps mode, StatefulSet) on request.
+// writes what the runner observes to its VirtualMachine's status and what
+// happens to the VM as Events, and stops the VM (VirtualMachine or, in
+// GitOps mode, StatefulSet) on request.
 package runnerstatus
 
 import (

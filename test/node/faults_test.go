@@ -83,6 +83,7 @@ func TestFaults(t *testing.T) {
 		kubectl(t, "", "vm", "start", "-n", ns, vm)
 		out := failedWith(t, vm, v1.ReasonQemuFailed)
 		require.Contains(t, out, "qemu-system-x86_64: unable to find CPU model 'no-such-cpu'")
+		requireEvents(t, ns, "vm/"+vm, "StartFailed", "unable to find CPU model 'no-such-cpu'")
 	})
 
 	// The survivor's CD image is not in the image repository: the VM boots
@@ -107,6 +108,7 @@ func TestFaults(t *testing.T) {
 			}
 			return "kubectl vm status:\n" + out
 		})
+		requireEvents(t, ns, "vm/"+vm, "MediumUnavailable", "spec.vm.disks[1].cdrom.image", "vmop-image-repository/gone.iso")
 	})
 
 	t.Run("kubelet restarted", func(t *testing.T) {

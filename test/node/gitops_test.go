@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/testguest"
+	"github.com/vmop/vmop/pkg/install"
 )
 
 // TestGitOpsJourney is the journey without the operator: the rendered
@@ -20,6 +23,7 @@ import (
 func TestGitOpsJourney(t *testing.T) {
 	const ns, vm = "gitops", "guest"
 	createNamespace(t, ns)
+	grantRunner(t, ns)
 	disk := addGuestDisk(t, ns, vm)
 	addImageRepository(t, ns)
 	file := filepath.Join(t.TempDir(), "vm.yaml")
@@ -51,6 +55,8 @@ func TestGitOpsJourney(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the runner's exit was not seen")
 		}
+		requireEvents(t, ns, "statefulset/"+vm, "ShutdownRequested", "Pressed the ACPI power button",
+			"ShutdownCompleted", "after it was asked to")
 		kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
 		require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
 	})
@@ -67,4 +73,27 @@ func TestGitOpsJourney(t *testing.T) {
 	boots, err := testguest.ReadBoots(node.DiskFile(disk))
 	require.NoError(t, err)
 	require.Equal(t, 2, boots)
+}
+
+// grantRunner gives the runner pods of namespace ns the rights of the
+// vm-runner ClusterRole there, as a GitOps user must for the runner's
+// events: rendered pods run as the namespace's default ServiceAccount
+// (kubectl vm render names none, and no operator makes vm-runner), which
+// may do nothing. A Role with the same rules, so that the journey needs
+// no kubectl vm install.
+func grantRunner(t testing.TB, ns string) {
+	t.Helper()
+	role, err := install.NewRunnerClusterRole()
+	require.NoError(t, err)
+	ctx := t.Context()
+	_, err = node.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name}, Rules: role.Rules,
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = node.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: ns}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
 }

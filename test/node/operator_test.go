@@ -61,15 +61,16 @@ spec:
 `
 
 // addGuestDisk adds the volumes the guest VM vm of namespace ns claims: a
-// Block one holding a fresh copy of the test guest's disk, and a directory
-// for the runner's data (the claim of every VM's pod, of the default
-// class). It returns the Block volume's name.
-func addGuestDisk(t testing.TB, ns, vm string) string {
+// Block one holding a fresh copy of the test guest's disk (booted with the
+// guest's params), and a directory for the runner's data (the claim of
+// every VM's pod, of the default class). It returns the Block volume's
+// name.
+func addGuestDisk(t testing.TB, ns, vm string, params ...string) string {
 	t.Helper()
 	name := ns + "-" + vm
 	require.NoError(t, node.AddBlockVolume(t.Context(), testnode.Volume{
 		Name: name, Size: resource.MustParse("48Mi"),
-		Labels: map[string]string{"disk": name}, Content: testguest.Disk(t),
+		Labels: map[string]string{"disk": name}, Content: testguest.Disk(t, params...),
 	}))
 	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{
 		Name: name + "-data", Size: resource.MustParse("16Mi"),
@@ -118,12 +119,13 @@ func vmStatus(t testing.TB, ns, vm string) v1.VirtualMachineStatus {
 
 // TestOperatorJourney is a new user's way through operator mode: install
 // the operator from its image, create a VM, start it, change it live,
-// open its display, stop and start it, and delete it.
+// open its display, stop and start it, and delete it. Its guest runs the
+// test guest's stand-in agent; what happens shows in kubectl events.
 func TestOperatorJourney(t *testing.T) {
 	const ns, vm = "journey", "guest"
 	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
 	createNamespace(t, ns)
-	disk := addGuestDisk(t, ns, vm)
+	disk := addGuestDisk(t, ns, vm, testguest.Agent)
 	addImageRepository(t, ns)
 	kubectl(t, fmt.Sprintf(guestVM, vm, ns), "apply", "-f", "-")
 
@@ -150,6 +152,8 @@ func TestOperatorJourney(t *testing.T) {
 	for _, want := range []string{"Running", testnode.Name, "Booted", "Accelerator:       " + accel} {
 		require.Contains(t, status, want, "kubectl vm status")
 	}
+	requireEvents(t, ns, "vm/"+vm, "Started", "qemu runs the guest with the "+accel+" accelerator",
+		"Booted", "The guest agent answers")
 
 	t.Run("live changes", func(t *testing.T) {
 		pod := podUID(t, ns, vm)
@@ -176,6 +180,9 @@ func TestOperatorJourney(t *testing.T) {
 		boots, err := testguest.ReadBoots(node.DiskFile(disk))
 		require.NoError(t, err)
 		require.Equal(t, 1, boots)
+		// Written before the runner exited.
+		requireEvents(t, ns, "vm/"+vm, "ShutdownRequested", "Asked the guest agent to shut the guest down",
+			"ShutdownCompleted", "after it was asked to")
 
 		kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
 		require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute),
@@ -284,6 +291,13 @@ func liveChanges(t *testing.T, ns, vm string, operator bool) {
 		t.Logf("%s: %v from kubectl to qemu", c.name, at.Sub(since).Round(time.Millisecond))
 	}
 	waitConsole(t, ns, vm, testguest.CPUsPrefix+"2", time.Minute)
+	// GitOps mode has no VirtualMachine: the events regard the StatefulSet.
+	obj := "statefulset/" + vm
+	if operator {
+		obj = "vm/" + vm
+	}
+	requireEvents(t, ns, obj, "CPUsChanged", "The guest has 2 CPUs (before: 1)",
+		"RAMChanged", "The guest's RAM is 384 MiB", "MediumChanged", "test.iso")
 	if !operator {
 		return
 	}
