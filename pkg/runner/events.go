@@ -32,9 +32,9 @@ type EventReporter interface {
 // The reasons of the runner's events: one per kind of moment, never one
 // per status change.
 const (
-	// ReasonStarted: qemu runs the guest; the message names the
+	// ReasonQemuStarted: qemu runs the guest; the message names the
 	// accelerator (tcg: emulated, slow).
-	ReasonStarted = "Started"
+	ReasonQemuStarted = "QemuStarted"
 	// ReasonStartFailed (Warning): the VM did not start; the message has
 	// the reason, for a qemu that refused with qemu's last words.
 	ReasonStartFailed = "StartFailed"

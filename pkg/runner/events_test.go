@@ -110,12 +110,12 @@ func TestEventQemuExited(t *testing.T) {
 	require.NoError(t, err)
 	defer mon.Close()
 	waitRunning(t, mon)
-	rec.wait(t, runner.ReasonStarted)
+	rec.wait(t, runner.ReasonQemuStarted)
 	_ = mon.Quit(ctx) // qemu may close the monitor before it answers
 	var exit *runner.ExitError
 	require.ErrorAs(t, <-result, &exit)
 	require.Equal(t, runnerexit.Crashed, exit.Code)
-	require.Equal(t, []string{runner.ReasonStarted, runner.ReasonQemuExited}, rec.reasons())
+	require.Equal(t, []string{runner.ReasonQemuStarted, runner.ReasonQemuExited}, rec.reasons())
 	e := rec.only(t, runner.ReasonQemuExited)
 	require.True(t, e.Warning)
 	require.True(t, strings.HasPrefix(e.Message, "qemu exited normally without a guest shutdown"), e.Message)
@@ -142,7 +142,7 @@ func TestGuestEvents(t *testing.T) {
 	stop()
 	require.NoError(t, <-result)
 	require.Equal(t, []string{
-		runner.ReasonStarted, runner.ReasonBooted, runner.ReasonCPUsChanged, runner.ReasonRAMChanged,
+		runner.ReasonQemuStarted, runner.ReasonBooted, runner.ReasonCPUsChanged, runner.ReasonRAMChanged,
 		runner.ReasonShutdownRequested, runner.ReasonShutdownCompleted,
 	}, rec.reasons())
 	require.Equal(t, "Asked the guest agent to shut the guest down (powerdownTimeout 120s)", rec.only(t, runner.ReasonShutdownRequested).Message)

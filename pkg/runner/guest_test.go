@@ -168,7 +168,7 @@ func TestGuestShutdownStops(t *testing.T) {
 	default:
 		t.Fatal("the desired state was not set to Stopped")
 	}
-	require.Equal(t, []string{runner.ReasonStarted, runner.ReasonGuestShutdown}, rec.reasons())
+	require.Equal(t, []string{runner.ReasonQemuStarted, runner.ReasonGuestShutdown}, rec.reasons())
 	require.Equal(t, "The guest shut itself down; it stays stopped (spec.guestShutdownStops)", rec.only(t, runner.ReasonGuestShutdown).Message)
 }
 

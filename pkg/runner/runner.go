@@ -119,7 +119,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.running(ctx)
 	r.log.Info("VM running", "startup", time.Since(started).Round(time.Millisecond), "accel", r.machine.Accel)
-	r.event(ctx, Event{Reason: ReasonStarted, Action: actionStart, Message: startedMessage(r.machine.Accel, r.config.VM.Accelerator)})
+	r.event(ctx, Event{Reason: ReasonQemuStarted, Action: actionStart, Message: startedMessage(r.machine.Accel, r.config.VM.Accelerator)})
 	stopProbe, err := r.serveProbe()
 	if err != nil {
 		return &ExitError{Code: runnerexit.Failed, Err: err}

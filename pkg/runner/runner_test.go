@@ -612,8 +612,8 @@ func TestStatusReports(t *testing.T) {
 	var exit *runner.ExitError
 	require.ErrorAs(t, <-result, &exit)
 	require.Equal(t, runnerexit.Forced, exit.Code)
-	require.Equal(t, []string{runner.ReasonStarted, runner.ReasonDisplayPasswordChanged, runner.ReasonShutdownRequested, runner.ReasonShutdownForced}, rec.reasons())
-	require.Equal(t, "qemu runs the guest with the tcg accelerator", rec.only(t, runner.ReasonStarted).Message)
+	require.Equal(t, []string{runner.ReasonQemuStarted, runner.ReasonDisplayPasswordChanged, runner.ReasonShutdownRequested, runner.ReasonShutdownForced}, rec.reasons())
+	require.Equal(t, "qemu runs the guest with the tcg accelerator", rec.only(t, runner.ReasonQemuStarted).Message)
 	require.Equal(t, "Pressed the ACPI power button (powerdownTimeout 1s)", rec.only(t, runner.ReasonShutdownRequested).Message)
 	forced := rec.only(t, runner.ReasonShutdownForced)
 	require.True(t, forced.Warning)

@@ -31,8 +31,8 @@ const (
 	eventQueue = 64
 	// seriesWindow: an event like one of less than this ago counts in the
 	// earlier one's series instead of making another (client-go's event
-	// broadcaster does the same).
-	seriesWindow = 5 * time.Minute
+	// broadcaster ends a series after as long).
+	seriesWindow = 6 * time.Minute
 	// noteLimit is the API server's limit of an event's note, in bytes.
 	noteLimit = 1024
 )

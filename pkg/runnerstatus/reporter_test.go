@@ -341,7 +341,7 @@ func TestReporter(t *testing.T) {
 		logs := &logBuffer{}
 		r := e.reporter(t, e.cfg, "default", "events", logs, opts)
 		t0 := clock.Now()
-		started := runner.Event{Reason: runner.ReasonStarted, Action: "Start", Message: "qemu runs the guest with the kvm accelerator"}
+		started := runner.Event{Reason: runner.ReasonQemuStarted, Action: "Start", Message: "qemu runs the guest with the kvm accelerator"}
 		missing := runner.Event{Warning: true, Reason: runner.ReasonMediumUnavailable, Action: "ChangeMedium", Message: "CD drive cd0 is empty"}
 		r.Event(ctx, started)
 		t1 := clock.Add(time.Second)
@@ -351,7 +351,7 @@ func TestReporter(t *testing.T) {
 		require.Equal(t, &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: "default", Name: "events-0"}, evs[0].Related)
 		require.Equal(t, ReportingController, evs[0].ReportingController)
 		require.Equal(t, "events-0", evs[0].ReportingInstance)
-		require.Equal(t, []string{"Normal", "Start", runner.ReasonStarted, started.Message}, []string{evs[0].Type, evs[0].Action, evs[0].Reason, evs[0].Note})
+		require.Equal(t, []string{"Normal", "Start", runner.ReasonQemuStarted, started.Message}, []string{evs[0].Type, evs[0].Action, evs[0].Reason, evs[0].Note})
 		require.Equal(t, []string{"Warning", "ChangeMedium", runner.ReasonMediumUnavailable, missing.Message}, []string{evs[1].Type, evs[1].Action, evs[1].Reason, evs[1].Note})
 		require.True(t, t0.Equal(evs[0].EventTime.Time), "eventTime %v", evs[0].EventTime)
 		require.Nil(t, evs[1].Series)
@@ -409,7 +409,7 @@ func TestReporter(t *testing.T) {
 		const n = 100
 		start := time.Now()
 		for range n {
-			r.Event(ctx, runner.Event{Reason: runner.ReasonStarted, Action: "Start", Message: "started"})
+			r.Event(ctx, runner.Event{Reason: runner.ReasonQemuStarted, Action: "Start", Message: "started"})
 		}
 		require.Less(t, time.Since(start), time.Second, "Event does not wait for the API server")
 		// The writer may have taken one off the queue already.

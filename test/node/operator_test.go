@@ -152,7 +152,7 @@ func TestOperatorJourney(t *testing.T) {
 	for _, want := range []string{"Running", testnode.Name, "Booted", "Accelerator:       " + accel} {
 		require.Contains(t, status, want, "kubectl vm status")
 	}
-	requireEvents(t, ns, "vm/"+vm, "Started", "qemu runs the guest with the "+accel+" accelerator",
+	requireEvents(t, ns, "vm/"+vm, "QemuStarted", "qemu runs the guest with the "+accel+" accelerator",
 		"Booted", "The guest agent answers")
 
 	t.Run("live changes", func(t *testing.T) {
