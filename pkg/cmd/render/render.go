@@ -62,6 +62,9 @@ type Options struct {
 	Namespace string
 	// ImageRegistry names the runner image of VMs without spec.image.
 	ImageRegistry string
+	// ServiceAccount is the runner pods' account; empty: the namespace's
+	// default.
+	ServiceAccount string
 
 	configFlags *genericclioptions.ConfigFlags
 	genericiooptions.IOStreams
@@ -96,6 +99,7 @@ and then nothing is written: there is no partial output.`,
 	}
 	cmd.Flags().StringSliceVarP(&o.Filenames, "filename", "f", nil, "file, directory or - (stdin) with manifests; may repeat")
 	cmd.Flags().BoolVarP(&o.Recursive, "recursive", "R", false, "process the directories given with -f recursively")
+	cmd.Flags().StringVar(&o.ServiceAccount, "service-account", "", "ServiceAccount of the runner pods, e.g. vm-runner bound to the ClusterRole vm-runner, so that runners may report events and stop their VM for good (default: the namespace's default account)")
 	cmd.Flags().StringVar(&o.ImageRegistry, "image-registry", "", "registry and path of vmop's runner image for VMs without spec.image, e.g. a mirror for an air-gapped cluster (default "+version.Registry+")")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", manifest.FormatYAML, "output format: "+strings.Join(manifest.Formats, " or "))
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
@@ -129,6 +133,11 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--image-registry: %w", err)
 		}
 	}
+	if o.ServiceAccount != "" {
+		if msgs := validation.IsDNS1123Subdomain(o.ServiceAccount); len(msgs) > 0 {
+			return fmt.Errorf("--service-account %q: %s", o.ServiceAccount, strings.Join(msgs, "; "))
+		}
+	}
 	return nil
 }
 
@@ -152,7 +161,7 @@ func (o *Options) Run() error {
 		return err
 	}
 	opts := render.StreamOptions{
-		Options:   render.Options{ImageRegistry: o.ImageRegistry},
+		Options:   render.Options{ImageRegistry: o.ImageRegistry, ServiceAccount: o.ServiceAccount},
 		Namespace: o.Namespace,
 		Warn: func(p render.Problem) {
 			fmt.Fprintf(o.ErrOut, "Warning: %s\n", p)

@@ -51,6 +51,7 @@ func TestRenderCommand(t *testing.T) {
 		{"several-files", []string{"-f", inputs + "namespaced.yaml", "--filename=" + inputs + "test-vm.yaml"}},
 		{"namespace", []string{"-n", "vmop-demo", "-f", inputs + "test-vm.yaml", "-f", inputs + "namespaced.yaml"}},
 		{"warnings", []string{"-f", inputs + "ignored-fields.yaml"}},
+		{"service-account", []string{"-f", inputs + "test-vm.yaml", "--service-account", "vm-runner"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, "", append([]string{"render"}, tc.args...)...)
@@ -164,6 +165,7 @@ func TestRenderErrors(t *testing.T) {
 		{name: "missing-file", args: []string{"-f", inputs + "missing.yaml"}, errHas: inputs + "missing.yaml"},
 		{name: "bad-output", args: []string{"-f", inputs + "test-vm.yaml", "-o", "xml"}, errHas: "--output"},
 		{name: "bad-namespace", args: []string{"-f", inputs + "test-vm.yaml", "-n", "Not_A_Namespace"}, errHas: "--namespace"},
+		{name: "bad-service-account", args: []string{"-f", inputs + "test-vm.yaml", "--service-account", "Vm Runner"}, errHas: `--service-account "Vm Runner"`},
 		{name: "no-input", args: nil, errHas: "-f"},
 		{name: "extra-argument", args: []string{"-f", inputs + "test-vm.yaml", "test-vm"}, errHas: "test-vm"},
 	} {
