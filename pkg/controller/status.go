@@ -113,7 +113,7 @@ func (c *Controller) createFailure(ctx context.Context, sts *appsv1.StatefulSet)
 	}
 	var latest *corev1.Event
 	for i := range list.Items {
-		if e := &list.Items[i]; latest == nil || eventTime(e).After(eventTime(latest)) {
+		if e := &list.Items[i]; latest == nil || vmstatus.LastSeen(e).After(vmstatus.LastSeen(latest)) {
 			latest = e
 		}
 	}
@@ -121,17 +121,6 @@ func (c *Controller) createFailure(ctx context.Context, sts *appsv1.StatefulSet)
 		return metav1.Condition{}, false, nil
 	}
 	return vmstatus.Condition(v1.ConditionFailed, true, v1.ReasonPodCreateFailed, latest.Message), true, nil
-}
-
-func eventTime(e *corev1.Event) time.Time {
-	t := e.LastTimestamp.Time
-	if e.Series != nil && e.Series.LastObservedTime.After(t) {
-		t = e.Series.LastObservedTime.Time
-	}
-	if e.EventTime.After(t) {
-		t = e.EventTime.Time
-	}
-	return t
 }
 
 // invalidStatus is the status of a VM whose spec cannot be rendered.

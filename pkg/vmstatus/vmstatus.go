@@ -7,6 +7,7 @@ package vmstatus
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,6 +93,19 @@ func runnerFailed(t *corev1.ContainerStateTerminated, restarts int32) metav1.Con
 		}
 	}
 	return Condition(v1.ConditionFailed, true, v1.ReasonCrashLoop, msg+".")
+}
+
+// LastSeen is when an event last happened, whichever API wrote it: core
+// v1 (lastTimestamp, count) or events.k8s.io (eventTime, series).
+func LastSeen(e *corev1.Event) time.Time {
+	t := e.LastTimestamp.Time
+	if e.Series != nil && e.Series.LastObservedTime.After(t) {
+		t = e.Series.LastObservedTime.Time
+	}
+	if e.EventTime.After(t) {
+		t = e.EventTime.Time
+	}
+	return t
 }
 
 // Condition makes a condition without times.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vmop/vmop/pkg/vmclient"
+	"github.com/vmop/vmop/pkg/vmstatus"
 )
 
 // maxEvents is how many of a VM's events the report shows, the latest.
@@ -42,20 +43,8 @@ func Events(ctx context.Context, c *vmclient.Client, vm *vmclient.VM, pod *corev
 		}
 		all = append(all, list.Items...)
 	}
-	slices.SortStableFunc(all, func(a, b corev1.Event) int { return lastSeen(a).Compare(lastSeen(b)) })
+	slices.SortStableFunc(all, func(a, b corev1.Event) int { return vmstatus.LastSeen(&a).Compare(vmstatus.LastSeen(&b)) })
 	return all, nil
-}
-
-// lastSeen is when an event last happened, whichever API wrote it.
-func lastSeen(e corev1.Event) time.Time {
-	t := e.LastTimestamp.Time
-	if e.Series != nil && e.Series.LastObservedTime.After(t) {
-		t = e.Series.LastObservedTime.Time
-	}
-	if e.EventTime.After(t) {
-		t = e.EventTime.Time
-	}
-	return t
 }
 
 // firstSeen is when an event first happened.
@@ -66,7 +55,7 @@ func firstSeen(e corev1.Event) time.Time {
 	if !e.EventTime.IsZero() {
 		return e.EventTime.Time
 	}
-	return lastSeen(e)
+	return vmstatus.LastSeen(&e)
 }
 
 // eventRows are the latest events as kubectl describe shows them; the
@@ -75,7 +64,7 @@ func eventRows(now time.Time, events []corev1.Event) ([][]string, int) {
 	left := max(0, len(events)-maxEvents)
 	rows := make([][]string, 0, len(events)-left)
 	for _, e := range events[left:] {
-		age := Age(now, metav1.NewTime(lastSeen(e)))
+		age := Age(now, metav1.NewTime(vmstatus.LastSeen(&e)))
 		if n := count(e); n > 1 {
 			age = fmt.Sprintf("%s (x%d over %s)", age, n, Age(now, metav1.NewTime(firstSeen(e))))
 		}
