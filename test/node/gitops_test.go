@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/internal/eventually"
@@ -30,7 +30,7 @@ func TestGitOpsJourney(t *testing.T) {
 	manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: Running", 1)
 	require.NoError(t, os.WriteFile(file, []byte(manifest), 0o644))
 
-	rendered := kubectl(t, "", "vm", "render", "-f", file)
+	rendered := kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
 	start := time.Now()
 	kubectl(t, rendered, "apply", "-f", "-")
 	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 3*time.Minute))
@@ -75,25 +75,22 @@ func TestGitOpsJourney(t *testing.T) {
 	require.Equal(t, 2, boots)
 }
 
-// grantRunner gives the runner pods of namespace ns the rights of the
-// vm-runner ClusterRole there, as a GitOps user must for the runner's
-// events: rendered pods run as the namespace's default ServiceAccount
-// (kubectl vm render names none, and no operator makes vm-runner), which
-// may do nothing. A Role with the same rules, so that the journey needs
-// no kubectl vm install.
+// grantRunner gives the runner pods of namespace ns an identity, as
+// README says for GitOps mode: the ServiceAccount vm-runner (kubectl vm
+// render --service-account vm-runner) bound to the ClusterRole vm-runner,
+// which the journey makes when no kubectl vm install did.
 func grantRunner(t testing.TB, ns string) {
 	t.Helper()
 	role, err := install.NewRunnerClusterRole()
 	require.NoError(t, err)
 	ctx := t.Context()
-	_, err = node.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name}, Rules: role.Rules,
-	}, metav1.CreateOptions{})
+	_, err = node.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	sa, rb := install.RunnerAccess(ns)
+	_, err = node.Client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
 	require.NoError(t, err)
-	_, err = node.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: ns}},
-	}, metav1.CreateOptions{})
+	_, err = node.Client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{})
 	require.NoError(t, err)
 }
