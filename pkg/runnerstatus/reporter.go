@@ -39,18 +39,12 @@ import (
 // FieldManager owns the status fields that the runner writes.
 const FieldManager = "vm-runner"
 
-// The condition the runner writes. Running, Ready and RestartRequired are
-// the operator's, which sees the pod; the guest agent only the runner sees.
+// Reasons of the conditions the runner writes (v1.ConditionBooted,
+// v1.ConditionMediaLoaded). Running, Ready and RestartRequired are the
+// operator's, which sees the pod; the guest agent only the runner sees.
 const (
-	ConditionBooted = "Booted"
-
 	ReasonGuestAgentConnected    = "GuestAgentConnected"
 	ReasonGuestAgentNotConnected = "GuestAgentNotConnected"
-
-	// ConditionMediaLoaded tells whether every CD drive holds the medium
-	// the spec names; a medium that cannot be opened leaves its drive
-	// empty and the VM running.
-	ConditionMediaLoaded = "MediaLoaded"
 
 	ReasonMediaLoaded     = "MediaLoaded"
 	ReasonMediumFailed    = runner.ReasonMediumUnavailable
@@ -514,7 +508,7 @@ func guestStatus(g guestagent.Info) map[string]any {
 // conditionList builds the runner's conditions; a condition keeps its
 // lastTransitionTime unless its status flips.
 func (r *Reporter) conditionList(s runner.Status) []any {
-	booted := cond(ConditionBooted, s.Booted, ReasonGuestAgentConnected, "The guest agent is connected.",
+	booted := cond(v1.ConditionBooted, s.Booted, ReasonGuestAgentConnected, "The guest agent is connected.",
 		ReasonGuestAgentNotConnected, "The guest agent is not connected.")
 	now := metav1.NewTime(r.opts.now().Truncate(time.Second))
 	var list []any
@@ -540,7 +534,7 @@ func (r *Reporter) conditionList(s runner.Status) []any {
 // field, so that the user knows what to fix.
 func mediaCondition(ps []runner.CDProblem) metav1.Condition {
 	if len(ps) == 0 {
-		return metav1.Condition{Type: ConditionMediaLoaded, Status: metav1.ConditionTrue, Reason: ReasonMediaLoaded,
+		return metav1.Condition{Type: v1.ConditionMediaLoaded, Status: metav1.ConditionTrue, Reason: ReasonMediaLoaded,
 			Message: "Every CD drive holds the medium its spec names."}
 	}
 	reason := ReasonMediumWaitsTray
@@ -551,7 +545,7 @@ func mediaCondition(ps []runner.CDProblem) metav1.Condition {
 		}
 		msgs = append(msgs, p.String())
 	}
-	return metav1.Condition{Type: ConditionMediaLoaded, Status: metav1.ConditionFalse, Reason: reason, Message: strings.Join(msgs, "; ") + "."}
+	return metav1.Condition{Type: v1.ConditionMediaLoaded, Status: metav1.ConditionFalse, Reason: reason, Message: strings.Join(msgs, "; ") + "."}
 }
 
 func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string) metav1.Condition {

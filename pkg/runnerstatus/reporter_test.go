@@ -91,11 +91,11 @@ func TestReporter(t *testing.T) {
 		require.EqualValues(t, 3, st.DisplayPasswordSerial)
 		require.Equal(t, version.Get(), st.RunnerVersion)
 		gen := e.getVM(t, "default", "fields").GetGeneration()
-		booted := condition(t, st, ConditionBooted)
+		booted := condition(t, st, v1.ConditionBooted)
 		require.Equal(t, metav1.ConditionFalse, booted.Status)
 		require.Equal(t, ReasonGuestAgentNotConnected, booted.Reason)
 		require.Equal(t, gen, booted.ObservedGeneration)
-		require.Equal(t, metav1.ConditionTrue, condition(t, st, ConditionMediaLoaded).Status)
+		require.Equal(t, metav1.ConditionTrue, condition(t, st, v1.ConditionMediaLoaded).Status)
 		// Running and RestartRequired are the operator's conditions.
 		require.Len(t, st.Conditions, 2)
 
@@ -109,16 +109,16 @@ func TestReporter(t *testing.T) {
 		// Booted, restart done; the console client leaves.
 		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2, RAM: 4 * gib, DisplayPasswordSerial: 3, Guest: guest})
 		st = e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool {
-			return condition(t, st, ConditionBooted).Status == metav1.ConditionTrue
+			return condition(t, st, v1.ConditionBooted).Status == metav1.ConditionTrue
 		})
 		require.Empty(t, st.ConsoleClient)
-		require.Equal(t, ReasonGuestAgentConnected, condition(t, st, ConditionBooted).Reason)
+		require.Equal(t, ReasonGuestAgentConnected, condition(t, st, v1.ConditionBooted).Reason)
 		// What the agent told; loopback left out.
 		require.Equal(t, "7.2.15", st.GuestAgentVersion)
 		require.Equal(t, "desk", st.Hostname)
 		require.Equal(t, []v1.GuestInterface{{Name: "eth0", MAC: "52:54:00:12:34:56", IPAddresses: []string{"10.0.2.15/24", "fec0::5054:ff:fe12:3456/64"}}}, st.Interfaces)
 		require.JSONEq(t, `{"id": "debian", "pretty-name": "Debian GNU/Linux 12 (bookworm)", "version-id": "12"}`, string(st.OSInfo.Raw))
-		require.Equal(t, ReasonMediaLoaded, condition(t, st, ConditionMediaLoaded).Reason)
+		require.Equal(t, ReasonMediaLoaded, condition(t, st, v1.ConditionMediaLoaded).Reason)
 
 		// A CD medium that cannot be opened, one that waits for the tray.
 		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2, CDProblems: []runner.CDProblem{
@@ -126,9 +126,9 @@ func TestReporter(t *testing.T) {
 			{Drive: "cd1", Index: 2, Image: "/var/local/vmop-image-repository/b.iso"},
 		}})
 		st = e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool {
-			return condition(t, st, ConditionMediaLoaded).Status == metav1.ConditionFalse
+			return condition(t, st, v1.ConditionMediaLoaded).Status == metav1.ConditionFalse
 		})
-		media := condition(t, st, ConditionMediaLoaded)
+		media := condition(t, st, v1.ConditionMediaLoaded)
 		require.Equal(t, ReasonMediumFailed, media.Reason)
 		require.Equal(t, `CD drive cd0 (spec.vm.disks[1].cdrom.image) is empty: "/var/local/vmop-image-repository/gone.iso" cannot be opened: `+
 			`Could not open '/var/local/vmop-image-repository/gone.iso': No such file or directory (the VM runs without it; fix the image or change the field to try again); `+
@@ -139,7 +139,7 @@ func TestReporter(t *testing.T) {
 		defer cancel()
 		require.NoError(t, r.Stop(stopCtx))
 		st = e.status(t, "default", "fields")
-		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionBooted).Status)
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, v1.ConditionBooted).Status)
 		require.EqualValues(t, 2, st.CPUs)
 		require.Empty(t, st.Hostname, "a stopped guest has no agent to tell")
 		require.Empty(t, st.Interfaces)
@@ -200,29 +200,29 @@ func TestReporter(t *testing.T) {
 		t0 := clock.Now()
 		r.Report(ctx, runner.Status{Running: true, CPUs: 1})
 		st := e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 1 })
-		requireLTT(t, st, ConditionBooted, t0)
+		requireLTT(t, st, v1.ConditionBooted, t0)
 
 		t1 := clock.Add(time.Hour)
 		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 2})
 		st = e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
-		requireLTT(t, st, ConditionBooted, t1)
+		requireLTT(t, st, v1.ConditionBooted, t1)
 
 		clock.Add(time.Hour)
 		r.Report(ctx, runner.Status{Running: true, Booted: true, CPUs: 3})
 		st = e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 3 })
-		requireLTT(t, st, ConditionBooted, t1)
+		requireLTT(t, st, v1.ConditionBooted, t1)
 
 		// Stop flips Booted; a restarted runner keeps that time.
 		t3 := clock.Add(time.Hour)
 		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		require.NoError(t, r.Stop(stopCtx))
-		requireLTT(t, e.status(t, "default", "flips"), ConditionBooted, t3)
+		requireLTT(t, e.status(t, "default", "flips"), v1.ConditionBooted, t3)
 		r2 := e.reporter(t, e.cfg, "default", "flips", nil, opts)
 		clock.Add(time.Hour)
 		r2.Report(ctx, runner.Status{Running: false, CPUs: 4})
 		st = e.waitStatus(t, "default", "flips", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 4 })
-		requireLTT(t, st, ConditionBooted, t3)
+		requireLTT(t, st, v1.ConditionBooted, t3)
 	})
 
 	t.Run("the operator's conditions and fields survive", func(t *testing.T) {
@@ -256,7 +256,7 @@ func TestReporter(t *testing.T) {
 		operatorApply(metav1.ConditionFalse)
 		st = e.status(t, "default", "shared")
 		require.Equal(t, metav1.ConditionFalse, condition(t, st, "Ready").Status)
-		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionBooted).Status)
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, v1.ConditionBooted).Status)
 		require.EqualValues(t, 1, st.CPUs)
 
 		// ...and the runner's next one the operator's.
@@ -473,7 +473,7 @@ func TestReporter(t *testing.T) {
 		require.Len(t, evs, 1)
 		require.EqualValues(t, 2, evs[0].Series.Count)
 		st := e.status(t, ns, "vm")
-		require.Equal(t, metav1.ConditionFalse, condition(t, st, ConditionBooted).Status)
+		require.Equal(t, metav1.ConditionFalse, condition(t, st, v1.ConditionBooted).Status)
 		state, _, _ := unstructured.NestedString(e.getVM(t, ns, "vm").Object, "spec", "vm", "state")
 		require.Equal(t, "Stopped", state)
 

@@ -102,7 +102,7 @@ func splitStatus(st map[string]any) (operator, runner map[string]any) {
 	}
 	var opConds, runnerConds []any
 	for _, c := range st["conditions"].([]any) {
-		if typ := c.(map[string]any)["type"]; typ == conditionBooted || typ == conditionMediaLoaded {
+		if typ := c.(map[string]any)["type"]; typ == v1.ConditionBooted || typ == v1.ConditionMediaLoaded {
 			runnerConds = append(runnerConds, c)
 		} else {
 			opConds = append(opConds, c)

@@ -81,19 +81,11 @@ var failureReasons = []string{
 	v1.ReasonContainerCreate,
 }
 
-// The runner's condition types, as pkg/runnerstatus names them (a test
-// keeps them equal): importing that package would link the runner into
-// the operator.
-const (
-	conditionBooted      = "Booted"
-	conditionMediaLoaded = "MediaLoaded"
-)
-
 // conditionTypes are the conditions whose transition times are exported:
 // the operator's and the runner's.
 var conditionTypes = []string{
 	v1.ConditionRunning, v1.ConditionReady, v1.ConditionRestartRequired, v1.ConditionFailed,
-	v1.ConditionSpecWarnings, conditionBooted, conditionMediaLoaded,
+	v1.ConditionSpecWarnings, v1.ConditionBooted, v1.ConditionMediaLoaded,
 }
 
 var vmLabels = []string{"namespace", "name"}

@@ -142,7 +142,7 @@ func TestArgoCDHealth(t *testing.T) {
 		} {
 			rep.Report(t.Context(), runner.Status{Running: true, CPUs: 2, RAM: 1 << 30, CDProblems: []runner.CDProblem{c.problem}})
 			e.waitStatus(ns, "media", 30*time.Second, c.reason, func(st v1.VirtualMachineStatus) bool {
-				return condition(st, runnerstatus.ConditionMediaLoaded).Reason == c.reason
+				return condition(st, v1.ConditionMediaLoaded).Reason == c.reason
 			})
 			check(t, ns, "media", c.fixture)
 		}

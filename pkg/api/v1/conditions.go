@@ -13,6 +13,18 @@ const (
 	ConditionSpecWarnings = "SpecWarnings"
 )
 
+// Condition types that vm-runner owns (pkg/runnerstatus writes them; their
+// reasons are there): named here so that readers such as the operator's
+// metrics need not link the runner.
+const (
+	// ConditionBooted is True while the guest agent is connected.
+	ConditionBooted = "Booted"
+	// ConditionMediaLoaded tells whether every CD drive holds the medium
+	// the spec names; a medium that cannot be opened leaves its drive
+	// empty and the VM running.
+	ConditionMediaLoaded = "MediaLoaded"
+)
+
 // Reasons of vm-operator's conditions. The Running condition's reason is
 // the VM's phase, short enough for a table column.
 const (
