@@ -70,7 +70,7 @@ func (o *Options) build() (*v1.VirtualMachine, error) {
 	for i, d := range o.Disks {
 		size, class, err := ParseDisk(d)
 		if err != nil {
-			return nil, fmt.Errorf("--disk %s: %w", d, err)
+			return nil, fmt.Errorf("--disk %q: %w", d, err)
 		}
 		t := &v1.VolumeClaimTemplate{Metadata: v1.EmbeddedMetadata{Name: systemDisk}}
 		t.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: size}
@@ -162,19 +162,19 @@ func (o *Options) userData() (json.RawMessage, error) {
 	if o.UserDataFile != "" {
 		var err error
 		if data, err = readUserData(o.UserDataFile); err != nil {
-			return nil, fmt.Errorf("--cloud-init-user-data %s: %w", o.UserDataFile, err)
+			return nil, fmt.Errorf("--cloud-init-user-data %q: %w", o.UserDataFile, err)
 		}
 	}
 	var keys []any
 	if existing, ok := data[authorizedKeys]; ok {
 		if keys, ok = existing.([]any); !ok {
-			return nil, fmt.Errorf("--cloud-init-user-data %s: %s must be a list of keys", o.UserDataFile, authorizedKeys)
+			return nil, fmt.Errorf("--cloud-init-user-data %q: %s must be a list of keys", o.UserDataFile, authorizedKeys)
 		}
 	}
 	for _, file := range o.SSHKeyFiles {
 		found, err := readPublicKeys(file)
 		if err != nil {
-			return nil, fmt.Errorf("--ssh-key %s: %w", file, err)
+			return nil, fmt.Errorf("--ssh-key %q: %w", file, err)
 		}
 		for _, k := range found {
 			keys = append(keys, k)

@@ -214,7 +214,7 @@ func (o *Options) flagFor(path string) string {
 	var i int
 	switch {
 	case path == "metadata.name":
-		return "NAME " + o.Name
+		return fmt.Sprintf("name %q", o.Name)
 	case path == "metadata.namespace":
 		return "--namespace"
 	case path == "spec.vm.currentCpus":
@@ -238,13 +238,13 @@ func (o *Options) flagFor(path string) string {
 	}
 	if _, err := fmt.Sscanf(path, "spec.vm.disks[%d]", &i); err == nil {
 		if i < len(o.Disks) {
-			return "--disk " + o.Disks[i]
+			return fmt.Sprintf("--disk %q", o.Disks[i])
 		}
 		if i -= len(o.Disks); i < len(o.CDROMs) {
 			return fmt.Sprintf("--cdrom %q", o.CDROMs[i])
 		}
 	}
-	return "VM " + o.Name
+	return fmt.Sprintf("vm %q", o.Name)
 }
 
 // Run prints the VM or creates it.
