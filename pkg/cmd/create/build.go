@@ -3,6 +3,7 @@ package create
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -37,8 +38,10 @@ const (
 const maxFileSize = 1 << 20
 
 // build makes the VM from the flags. It checks only what v1's validation
-// cannot see: the syntax of the flags and the files they name.
+// cannot see, the syntax of the flags and the files they name, and
+// reports every such problem at once.
 func (o *Options) build() (*v1.VirtualMachine, error) {
+	var errs []error
 	vm := &v1.VirtualMachine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1.APIVersion, Kind: v1.Kind},
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.namespace},
@@ -63,14 +66,12 @@ func (o *Options) build() (*v1.VirtualMachine, error) {
 		s.MaximumRAM = v1.Quantity(o.MaxRAM)
 	}
 	networks, err := parseNetworks(o.Networks)
-	if err != nil {
-		return nil, err
-	}
+	errs = append(errs, err)
 	s.Networks = networks
 	for i, d := range o.Disks {
 		size, class, err := ParseDisk(d)
 		if err != nil {
-			return nil, fmt.Errorf("--disk %q: %w", d, err)
+			errs = append(errs, fmt.Errorf("--disk %q: %w", d, err))
 		}
 		t := &v1.VolumeClaimTemplate{Metadata: v1.EmbeddedMetadata{Name: systemDisk}}
 		t.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: size}
@@ -94,11 +95,12 @@ func (o *Options) build() (*v1.VirtualMachine, error) {
 		s.Disks = append(s.Disks, v1.Disk{CDROM: &v1.CDROM{Image: image}, Bootindex: ptr.To(boot)})
 	}
 	userData, err := o.userData()
-	if err != nil {
-		return nil, err
-	}
+	errs = append(errs, err)
 	if userData != nil {
 		vm.Spec.CloudInit = &v1.CloudInit{UserData: &v1.FreeForm{Raw: userData}}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return vm, nil
 }

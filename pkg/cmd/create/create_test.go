@@ -263,6 +263,10 @@ func TestBadInput(t *testing.T) {
 	require.Error(t, r.Err)
 	require.Len(t, strings.Split(r.Err.Error(), "\n"), 3, "every problem of v1's validation at once:\n%v", r.Err)
 	requireNamesFlag(t, r.Err)
+	r = run(t, "create", "x", "--disk", "1x", "--disk", "1Gi,A", "--network", "wifi", "--ssh-key", "/nonexistent", "-o", "yaml")
+	require.Error(t, r.Err)
+	require.Len(t, strings.Split(r.Err.Error(), "\n"), 4, "every problem of the flags' syntax at once:\n%v", r.Err)
+	requireNamesFlag(t, r.Err)
 }
 
 // requireNamesFlag checks that every line of err starts with a flag (or
