@@ -53,7 +53,9 @@ func (o *Options) build() (*v1.VirtualMachine, error) {
 	}
 	if o.given("cpus") {
 		s.CurrentCPUs = ptr.To(o.CPUs)
-		s.MaximumCPUs = ptr.To(o.CPUs)
+		// At least 1, so that v1 blames currentCpus (--cpus) for a
+		// count below 1, not a maximum the user did not give.
+		s.MaximumCPUs = ptr.To(max(o.CPUs, 1))
 	}
 	if o.given("max-cpus") {
 		s.MaximumCPUs = ptr.To(o.MaxCPUs)

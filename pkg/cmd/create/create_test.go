@@ -200,10 +200,11 @@ func badInput(t *testing.T) map[string]struct {
 	return map[string]c{
 		"bad size":             {[]string{"--ram", "4Gx"}, []string{`--ram: spec.vm.maximumRam: Invalid value: "4Gx": must be a quantity such as 4Gi or 512Mi`}},
 		"bad max size":         {[]string{"--ram", "1Gi", "--max-ram", "lots"}, []string{`--max-ram: spec.vm.maximumRam: Invalid value: "lots"`}},
-		"0 cpus":               {[]string{"--cpus", "0"}, []string{"--cpus: spec.vm.maximumCpus: Invalid value: 0: must be between 1 and"}},
-		"negative cpus":        {[]string{"--cpus", "-2", "--max-cpus", "4"}, []string{"--cpus: spec.vm.currentCpus: Invalid value: -2: must be at least 1"}},
+		"0 cpus":               {[]string{"--cpus", "0"}, []string{"--cpus: spec.vm.currentCpus: Invalid value: 0: must be at least 1"}},
+		"negative cpus":        {[]string{"--cpus", "-2"}, []string{"--cpus: spec.vm.currentCpus: Invalid value: -2: must be at least 1"}},
 		"cpus above max":       {[]string{"--cpus", "8", "--max-cpus", "4"}, []string{"--cpus: spec.vm.currentCpus: Invalid value: 8: must not exceed maximumCpus (4)"}},
 		"too many cpus":        {[]string{"--max-cpus", "100000"}, []string{"--max-cpus: spec.vm.maximumCpus: Invalid value: 100000"}},
+		"too many --cpus":      {[]string{"--cpus", "100000"}, []string{"--cpus: spec.vm.maximumCpus: Invalid value: 100000: must be between 1 and"}},
 		"ram below minimum":    {[]string{"--ram", "512Ki"}, []string{`--ram: spec.vm.maximumRam: Invalid value: "512Ki": must be at least 1Mi`}},
 		"ram above max":        {[]string{"--ram", "4Gi", "--max-ram", "2Gi"}, []string{`--ram: spec.vm.currentRam: Invalid value: "4Gi": must not exceed maximumRam (2Gi)`}},
 		"disk size":            {[]string{"--disk", "40GB"}, []string{`--disk "40GB": "40GB" is not a size such as 40Gi or 500G`}},
