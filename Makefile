@@ -80,6 +80,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzObjectToYAML -fuzztime $(FUZZTIME) ./pkg/manifest
 	$(GO) test -run '^$$' -fuzz FuzzLabelsOK -fuzztime $(FUZZTIME) ./pkg/api/v1
 	$(GO) test -run '^$$' -fuzz FuzzDNSLabelErrors -fuzztime $(FUZZTIME) ./pkg/api/v1
+	$(GO) test -run '^$$' -fuzz FuzzParseDisk -fuzztime $(FUZZTIME) ./pkg/cmd/create
+	$(GO) test -run '^$$' -fuzz FuzzFlags -fuzztime $(FUZZTIME) ./pkg/cmd/create
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/runnerconfig
 	$(GO) test -run '^$$' -fuzz FuzzDefault -fuzztime $(FUZZTIME) ./pkg/cloudinit
 	$(GO) test -run '^$$' -fuzz FuzzAgentOutput -fuzztime $(FUZZTIME) ./pkg/guestagent

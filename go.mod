@@ -16,6 +16,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/yuin/gopher-lua v1.1.2
 	go.yaml.in/yaml/v2 v2.4.4
+	golang.org/x/crypto v0.54.0
 	golang.org/x/term v0.47.0
 	golang.org/x/time v0.15.0
 	k8s.io/api v0.37.2

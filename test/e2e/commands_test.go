@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,6 +185,36 @@ func TestCommands(t *testing.T) {
 		out, err = kubectl.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Equal(t, "k1 started\n", string(out))
+
+		// kubectl vm create: the operator renders the new VM as
+		// kubectl vm render would; a second create fails and changes
+		// nothing.
+		key := filepath.Join(dir, "id.pub")
+		pub, _, err := ed25519.GenerateKey(rand.Reader)
+		require.NoError(t, err)
+		sshPub, err := ssh.NewPublicKey(pub)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(key, ssh.MarshalAuthorizedKey(sshPub), 0o600))
+		userData := filepath.Join(dir, "user-data.yaml")
+		require.NoError(t, os.WriteFile(userData, []byte("#cloud-config\nhostname: k2\n"), 0o600))
+		create := func() *exec.Cmd {
+			cmd := exec.CommandContext(ctx, "kubectl", "vm", "create", "-n", ns, "k2", "--cpus", "2", "--max-cpus", "4", "--ram", "1Gi",
+				"--disk", "1Gi", "--cdrom", "installer.iso", "--cloud-init-user-data", userData, "--ssh-key", key)
+			cmd.Env = kubectl.Env
+			return cmd
+		}
+		out, err = create().CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, "virtualmachine.vmoperator.jdrupes.org/k2 created\n", string(out))
+		created := e.getVM(ns, "k2")
+		e.requireRendered(t, created, nil)
+		require.Contains(t, e.runnerConfig(t, ns, "k2").VM.Drives[1].File, "installer.iso")
+		out, err = create().CombinedOutput()
+		require.Error(t, err)
+		require.Equal(t, "error: virtual machine \"k2\" already exists in namespace \""+ns+"\": nothing changed (change it with kubectl vm set, kubectl edit or kubectl apply)\n", string(out))
+		after := e.getVM(ns, "k2")
+		require.Equal(t, created.GetGeneration(), after.GetGeneration(), "the spec is unchanged")
+		require.Equal(t, created.Object["spec"], after.Object["spec"])
 	})
 }
 

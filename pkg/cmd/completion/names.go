@@ -78,6 +78,24 @@ func Namespaces(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc
 	}
 }
 
+// StorageClasses completes the cluster's StorageClasses, e.g. for the
+// class of a disk.
+func StorageClasses(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return fromCluster(cmd.Context(), configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
+			list, err := c.Kube.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			names := make([]string, 0, len(list.Items))
+			for _, sc := range list.Items {
+				names = append(names, sc.Name)
+			}
+			return names, nil
+		})
+	}
+}
+
 // Contexts completes the contexts of the kubeconfig, for --context.
 func Contexts(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
 	return func(_ *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {

@@ -23,6 +23,7 @@ import (
 	"github.com/vmop/vmop/pkg/cmd/cdrom"
 	"github.com/vmop/vmop/pkg/cmd/completion"
 	"github.com/vmop/vmop/pkg/cmd/console"
+	"github.com/vmop/vmop/pkg/cmd/create"
 	"github.com/vmop/vmop/pkg/cmd/install"
 	"github.com/vmop/vmop/pkg/cmd/list"
 	"github.com/vmop/vmop/pkg/cmd/render"
@@ -94,6 +95,7 @@ kustomize/kpt KRM function that renders the VirtualMachines of the list.`,
 	cmd.AddCommand(render.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(install.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(uninstall.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(create.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(list.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(status.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(state.NewStartCmd(name, configFlags, streams))
