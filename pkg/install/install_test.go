@@ -33,6 +33,7 @@ func TestObjectsInApplyOrder(t *testing.T) {
 		"Role/vm-operator-leader-election",
 		"RoleBinding/vm-operator-leader-election",
 		"ClusterRole/vm-runner",
+		"ClusterRole/vm-user",
 		"ValidatingAdmissionPolicy/vm-runner-own-vm",
 		"ValidatingAdmissionPolicyBinding/vm-runner-own-vm",
 		"Deployment/vm-operator",

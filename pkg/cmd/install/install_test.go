@@ -63,9 +63,9 @@ func TestDryRun(t *testing.T) {
 	require.Empty(t, r.Stderr)
 	golden.Assert(t, filepath.Join("testdata", "install", "dry-run.yaml"), []byte(r.Stdout))
 	objs := docs(t, r.Stdout)
-	require.Len(t, objs, 11)
+	require.Len(t, objs, 12)
 	require.Equal(t, "CustomResourceDefinition", objs[0]["kind"])
-	require.Equal(t, "Deployment", objs[10]["kind"])
+	require.Equal(t, "Deployment", objs[11]["kind"])
 
 	// -n moves everything; nothing else changes.
 	other := run(t, "install", "--dry-run", "--image", testImage, "-n", "vmop")
@@ -142,6 +142,7 @@ var applied = []string{
 	"role.rbac.authorization.k8s.io/vm-operator-leader-election",
 	"rolebinding.rbac.authorization.k8s.io/vm-operator-leader-election",
 	"clusterrole.rbac.authorization.k8s.io/vm-runner",
+	"clusterrole.rbac.authorization.k8s.io/vm-user",
 	"validatingadmissionpolicy.admissionregistration.k8s.io/vm-runner-own-vm",
 	"validatingadmissionpolicybinding.admissionregistration.k8s.io/vm-runner-own-vm",
 	"deployment.apps/vm-operator",
