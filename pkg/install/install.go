@@ -48,6 +48,9 @@ const (
 	RunnerClusterRole = "vm-runner"
 	// RunnerRoleBinding binds RunnerClusterRole to RunnerServiceAccount.
 	RunnerRoleBinding = "vm-runner"
+	// UserClusterRole holds what a person needs to run VMs with kubectl vm,
+	// for administrators to bind per namespace.
+	UserClusterRole = "vm-user"
 )
 
 // labels mark every installed object, so that people and tools can find
@@ -194,21 +197,22 @@ func forEach(o *unstructured.Unstructured, f func(map[string]any), path ...strin
 	return nil
 }
 
-// NewRunnerClusterRole returns the ClusterRole RunnerClusterRole as
-// installed, e.g. for tests that set up a runner without the operator.
-func NewRunnerClusterRole() (*rbacv1.ClusterRole, error) {
+// NewClusterRole returns the ClusterRole name as installed
+// (RunnerClusterRole, UserClusterRole), e.g. for tests that set up a runner
+// or a user without the operator.
+func NewClusterRole(name string) (*rbacv1.ClusterRole, error) {
 	objs, err := Objects(Options{})
 	if err != nil {
 		return nil, err
 	}
 	for _, o := range objs {
-		if o.GetKind() == "ClusterRole" && o.GetName() == RunnerClusterRole {
+		if o.GetKind() == "ClusterRole" && o.GetName() == name {
 			var role rbacv1.ClusterRole
 			err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role)
 			return &role, err
 		}
 	}
-	return nil, errors.New("no ClusterRole " + RunnerClusterRole + " in the manifests")
+	return nil, errors.New("no ClusterRole " + name + " in the manifests")
 }
 
 // RunnerAccess returns what gives the runner pods of a VM namespace their

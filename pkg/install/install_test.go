@@ -116,7 +116,7 @@ func TestObjectsErrors(t *testing.T) {
 // TestRunnerClusterRole pins the runner's rights: write access to what it
 // reports and to its own stop switch; of reads only its VM.
 func TestRunnerClusterRole(t *testing.T) {
-	role, err := install.NewRunnerClusterRole()
+	role, err := install.NewClusterRole(install.RunnerClusterRole)
 	require.NoError(t, err)
 	require.Equal(t, install.RunnerClusterRole, role.Name)
 	var rules []string

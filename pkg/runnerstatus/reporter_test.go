@@ -436,7 +436,7 @@ func TestReporter(t *testing.T) {
 		const ns = "rbac"
 		_, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		require.NoError(t, err)
-		role, err := install.NewRunnerClusterRole()
+		role, err := install.NewClusterRole(install.RunnerClusterRole)
 		require.NoError(t, err)
 		_, err = e.cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
 		require.NoError(t, err)

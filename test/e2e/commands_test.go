@@ -16,12 +16,14 @@ import (
 	"golang.org/x/crypto/ssh"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/plugintest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
@@ -61,9 +63,29 @@ func TestCommands(t *testing.T) {
 		require.Error(t, err, "kubectl vm %s", strings.Join(args, " "))
 		return err.Error()
 	}
+	// The mode tests run as a person bound only to the vm-user role that
+	// installRBAC applied as `kubectl vm install` does, so that a right the
+	// commands need and the role lacks fails.
+	asVMUser := func(t *testing.T, ns string) (func(*testing.T, ...string) (string, string), func(*testing.T, ...string) string) {
+		const user = "vm-user-alice"
+		_, err := e.kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: install.UserClusterRole},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return func(t *testing.T, args ...string) (string, string) {
+				t.Helper()
+				return run(t, append([]string{"--as", user}, args...)...)
+			}, func(t *testing.T, args ...string) string {
+				t.Helper()
+				return fail(t, append([]string{"--as", user}, args...)...)
+			}
+	}
 
 	t.Run("operator mode", func(t *testing.T) {
 		ns := e.namespace("op-mode", nil)
+		run, fail := asVMUser(t, ns)
 		e.createVM(ns, fmt.Sprintf(stoppedVM, "vm1"))
 
 		out, errOut := run(t, "start", "-n", ns, "vm1", "--wait", "--timeout", "60s")
@@ -114,6 +136,7 @@ func TestCommands(t *testing.T) {
 
 	t.Run("GitOps mode", func(t *testing.T) {
 		ns := e.namespace("gitops-mode", nil)
+		run, fail := asVMUser(t, ns)
 		e.applyRendered(t, ns, fmt.Sprintf(stoppedVM, "g1"))
 
 		out, errOut := run(t, "start", "-n", ns, "g1", "--wait", "--timeout", "60s")

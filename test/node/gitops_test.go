@@ -81,7 +81,7 @@ func TestGitOpsJourney(t *testing.T) {
 // which the journey makes when no kubectl vm install did.
 func grantRunner(t testing.TB, ns string) {
 	t.Helper()
-	role, err := install.NewRunnerClusterRole()
+	role, err := install.NewClusterRole(install.RunnerClusterRole)
 	require.NoError(t, err)
 	ctx := t.Context()
 	_, err = node.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
