@@ -310,3 +310,27 @@ func TestWhoIsCleaned(t *testing.T) {
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, "mallory[2Jfake prompt", inUse.Who, "no control characters reach another's terminal")
 }
+
+func TestUntilEscape(t *testing.T) {
+	for in, want := range map[string]string{
+		"ping hello\r":       "ping hello\r",
+		"ping\r\x1dnot sent": "ping\r",
+		"\x1d":               "",
+		"":                   "",
+		"a\x1db\x1dc":        "a",
+	} {
+		got, err := io.ReadAll(serialconsole.UntilEscape(strings.NewReader(in)))
+		require.NoError(t, err)
+		require.Equal(t, want, string(got), "%q", in)
+	}
+	// Reads after the escape end at once, without reading on.
+	r := serialconsole.UntilEscape(io.MultiReader(strings.NewReader("x\x1d"), blockingReader{}))
+	got, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.Equal(t, "x", string(got))
+}
+
+// blockingReader fails a test that reads it.
+type blockingReader struct{}
+
+func (blockingReader) Read([]byte) (int, error) { panic("read after the escape") }
