@@ -334,3 +334,13 @@ func TestUntilEscape(t *testing.T) {
 type blockingReader struct{}
 
 func (blockingReader) Read([]byte) (int, error) { panic("read after the escape") }
+
+func TestCommandError(t *testing.T) {
+	for out, want := range map[string]string{
+		"vm-runner serial: the serial console is in use: alice@laptop is attached (since 10:00:00 UTC); one interactive client at a time\r\n": "the serial console is in use: alice@laptop is attached (since 10:00:00 UTC); one interactive client at a time",
+		"unknown flag: --attach\nUsage: vm-runner [-c config.yaml] [flags]\n":                                                                 "the VM's runner has no serial console: it runs a vm-runner older than the serial console; restart the VM to run the current runner image",
+		"something else\n": "something else",
+	} {
+		require.EqualError(t, serialconsole.CommandError(out), want)
+	}
+}
