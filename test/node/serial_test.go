@@ -28,6 +28,7 @@ import (
 func serialConsole(t *testing.T, ns, vm string) {
 	logs := kubectl(t, "", "vm", "logs", "-n", ns, vm)
 	require.Contains(t, logs, testguest.ReadyLine, "kubectl vm logs: the guest's boot")
+	t.Logf("kubectl vm logs -n %s %s:\n%s", ns, vm, logs)
 
 	pty, tty := ptytest.Open(t)
 	cmd := kubectlCmd(t.Context(), "vm", "console", "--serial", "-n", ns, vm)
@@ -68,6 +69,7 @@ func serialConsole(t *testing.T, ns, vm string) {
 		require.ErrorAs(t, err, &exit, "stdout: %s\nstderr: %s", out, errOut)
 		require.Regexp(t, `^error: vm `+ns+`/`+vm+`: the serial console is in use: \S+@\S+ is attached \(since \d\d:\d\d:\d\d UTC\); one interactive client at a time\n$`, errOut)
 		require.Empty(t, out)
+		t.Logf("a second kubectl vm console --serial:\n%s", errOut)
 	})
 
 	t.Run("logs follow", func(t *testing.T) {
