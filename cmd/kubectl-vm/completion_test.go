@@ -81,6 +81,8 @@ func TestClusterCompletionThroughKubectl(t *testing.T) {
 
 	require.Equal(t, []string{"db", "web"}, completions(t, env, "vm", "status", "-n", "vms", ""))
 	require.Equal(t, []string{"web"}, completions(t, env, "vm", "-n", "vms", "status", "w"))
+	require.Equal(t, []string{"db", "web"}, completions(t, env, "vm", "logs", "-n", "vms", ""))
+	require.Equal(t, []string{"web"}, completions(t, env, "vm", "console", "--serial", "-n", "vms", "w"))
 	require.Empty(t, completions(t, env, "vm", "status", ""), "namespace default has no VMs")
 	require.Subset(t, completions(t, env, "vm", "status", "-n", ""), []string{"default", "kube-system", "vms"})
 	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)

@@ -27,7 +27,13 @@ func main() {
 			return
 		}
 	}
-	streams := genericiooptions.IOStreams{In: in, Out: os.Stdout, ErrOut: os.Stderr}
+	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	if len(os.Args) == 1 {
+		// The help's stdin: what Peek read is in the buffer. Otherwise
+		// the file itself, so that a command sees a terminal (console
+		// --serial sets it raw).
+		streams.In = in
+	}
 	if err := vm.NewCmd(vm.DisplayName(os.Args[0]), streams).Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		os.Exit(1)

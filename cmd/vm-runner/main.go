@@ -27,6 +27,9 @@ func main() {
 
 func run() int {
 	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "serial" {
+		return serial(args[1:])
+	}
 	sub := ""
 	if len(args) > 0 && (args[0] == "probe" || args[0] == "check") {
 		sub, args = args[0], args[1:]

@@ -107,6 +107,17 @@ online_cpus() {
 	fi
 }
 
+# Serial console input: the line "ping X" typed on the console is answered
+# with "TESTGUEST PONG X", so that a test sees its input reach the guest.
+# (The tty echoes the line too, and turns the Enter key's CR into LF.)
+cr=$(printf '\r')
+while read -r line; do
+	line=${line%"$cr"}
+	case "$line" in
+	"ping "*) echo "TESTGUEST PONG ${line#ping }" ;;
+	esac
+done </dev/console &
+
 online_cpus
 echo "TESTGUEST READY"
 while :; do

@@ -5,7 +5,8 @@
 //
 // The guest prints lines starting with TESTGUEST on the serial console
 // (ttyS0): "TESTGUEST CPUS n" whenever its online CPU count changes, then
-// "TESTGUEST READY" once booted. It onlines hot-plugged CPUs; the kernel
+// "TESTGUEST READY" once booted, and answers a line "ping X" typed on the
+// console with "TESTGUEST PONG X". It onlines hot-plugged CPUs; the kernel
 // itself offlines and ejects a CPU on device_del. It powers off on the ACPI
 // power button (QMP system_powerdown, once READY) unless booted with
 // IgnoreACPI on its kernel command line.
@@ -46,6 +47,9 @@ const cacheName = "testguest"
 const (
 	ReadyLine  = "TESTGUEST READY"
 	CPUsPrefix = "TESTGUEST CPUS " // followed by the online CPU count
+	// PongPrefix, followed by X, answers the line "ping X" typed on the
+	// serial console.
+	PongPrefix = "TESTGUEST PONG "
 )
 
 // IgnoreACPI, appended to the kernel command line, makes the guest ignore

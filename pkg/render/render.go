@@ -58,7 +58,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "8"
+const Version = "9"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -303,6 +303,9 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 		case d.CDROM != nil:
 			c.VM.Drives = append(c.VM.Drives, runnerconfig.Drive{Type: runnerconfig.DriveCDROM, Bootindex: d.Bootindex, File: CDROMFile(d.CDROM.Image)})
 		}
+	}
+	if sc := v.SerialConsole; sc != nil && sc.PodLog {
+		c.VM.SerialConsole = &runnerconfig.SerialConsole{PodLog: true}
 	}
 	if d := v.Display; d != nil {
 		c.VM.Display = &runnerconfig.Display{Outputs: *d.Outputs, LoggedInUser: d.LoggedInUser}
@@ -616,10 +619,12 @@ func merge(dst map[string]string, src map[string]*string) {
 type specView func(v1.VirtualMachineSpec) v1.VirtualMachineSpec
 
 // templateSpec is what the StatefulSet depends on: all but the Service and
-// what the runner applies live from its ConfigMap (CPUs, RAM, CD media).
+// what the runner applies live from its ConfigMap (CPUs, RAM, CD media,
+// the serial console's copy to the pod log).
 func templateSpec(s v1.VirtualMachineSpec) v1.VirtualMachineSpec {
 	s.LoadBalancerService = nil
 	s.VM.CurrentCPUs, s.VM.CurrentRAM = nil, ""
+	s.VM.SerialConsole = nil
 	disks := make([]v1.Disk, len(s.VM.Disks))
 	for i, d := range s.VM.Disks {
 		if d.CDROM != nil {

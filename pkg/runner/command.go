@@ -9,6 +9,7 @@ import (
 	"text/template"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/serialconsole"
 	"github.com/vmop/vmop/templates"
 )
 
@@ -23,7 +24,10 @@ type Machine struct {
 	Firmware   Firmware
 	RuntimeDir string
 
-	QMPSocket, GuestAgentSocket, VmopAgentSocket, ConsoleLog string
+	QMPSocket, GuestAgentSocket, VmopAgentSocket string
+	// ConsoleSocket is where the serial port connects: the runner's
+	// (package serialconsole).
+	ConsoleSocket string
 	// TPMSocket is swtpm's control socket; empty without a TPM.
 	TPMSocket string
 	// CloudInitISO is the NoCloud seed; empty without cloud-init data.
@@ -72,7 +76,7 @@ func NewMachine(vm *runnerconfig.VM, uuid string, kvm bool, fw Firmware, runtime
 		QMPSocket:        filepath.Join(runtimeDir, "monitor.sock"),
 		GuestAgentSocket: filepath.Join(runtimeDir, "guest-agent.sock"),
 		VmopAgentSocket:  filepath.Join(runtimeDir, "vmop-agent.sock"),
-		ConsoleLog:       filepath.Join(runtimeDir, "console.log"),
+		ConsoleSocket:    filepath.Join(runtimeDir, serialconsole.GuestSocket),
 		SpiceAddress:     "0.0.0.0",
 	}
 	if kvm {

@@ -18,6 +18,7 @@ import (
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerexit"
+	"github.com/vmop/vmop/pkg/serialconsole"
 )
 
 // guestVM is a VM that boots the tiny Linux test guest: it onlines
@@ -55,8 +56,7 @@ func (v *vm) boot() *qmp.Monitor {
 func (v *vm) waitConsole(line string, timeout time.Duration) {
 	v.t.Helper()
 	eventually(v.t, timeout, func() error {
-		b, _ := os.ReadFile(filepath.Join(v.runtime, "console.log"))
-		for l := range strings.Lines(string(b)) {
+		for l := range strings.Lines(v.consoleText()) {
 			if strings.TrimSpace(l) == line {
 				return nil
 			}
@@ -238,11 +238,17 @@ func TestGuestLockedTray(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(locked), time.Duration(hold)*time.Second/2, "changed only after the release")
 }
 
+// consoleText is what the guest wrote on its console, as far as the
+// runner keeps it.
+func (v *vm) consoleText() string {
+	b, _ := serialconsole.ReadHistory(v.runtime)
+	return string(b)
+}
+
 // consoleCount counts the lines of the guest's console that are line.
 func (v *vm) consoleCount(line string) int {
-	b, _ := os.ReadFile(filepath.Join(v.runtime, "console.log"))
 	n := 0
-	for l := range strings.Lines(string(b)) {
+	for l := range strings.Lines(v.consoleText()) {
 		if strings.TrimSpace(l) == line {
 			n++
 		}

@@ -256,9 +256,14 @@ func (r *Runner) reload(ctx context.Context) {
 	if err := r.live.apply(ctx, c); err != nil {
 		r.log.Error("Applying the config", "err", err)
 	}
+	if on := c.VM.PodLog(); on != r.config.VM.PodLog() {
+		r.console.SetPodLog(on)
+		r.log.Info("Serial console in the pod log", "podLog", on)
+	}
 	// The started machine stays what it was; only live values follow.
 	vm := r.config.VM
 	vm.CurrentCPUs, vm.CurrentRAM, vm.PowerdownTimeout = c.VM.CurrentCPUs, c.VM.CurrentRAM, c.VM.PowerdownTimeout
+	vm.SerialConsole = c.VM.SerialConsole
 	c.VM = vm
 	r.config = c
 }
@@ -268,7 +273,7 @@ func (r *Runner) reload(ctx context.Context) {
 func restartFields(old, new *runnerconfig.VM) []string {
 	a, b := *old, *new
 	for _, v := range []*runnerconfig.VM{&a, &b} {
-		v.CurrentCPUs, v.CurrentRAM, v.PowerdownTimeout = 0, runnerconfig.Size{}, nil
+		v.CurrentCPUs, v.CurrentRAM, v.PowerdownTimeout, v.SerialConsole = 0, runnerconfig.Size{}, nil, nil
 		v.Drives = slices.Clone(v.Drives)
 		for i := range v.Drives {
 			if v.Drives[i].Type == runnerconfig.DriveCDROM {

@@ -18,6 +18,7 @@ import (
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/runnerexit"
+	"github.com/vmop/vmop/pkg/serialconsole"
 )
 
 // ExitError is an error with the exit code (package runnerexit) it stands
@@ -46,7 +47,13 @@ type Options struct {
 	// SpiceAddress is where the SPICE server listens; empty for all
 	// addresses, as a pod needs.
 	SpiceAddress string
+	// ConsoleOutput receives the guest's serial output when the config
+	// asks for it (serialConsole.podLog); nil for stdout, the pod log.
+	ConsoleOutput io.Writer
 }
+
+// consolePrefix starts the guest's lines in the pod log.
+const consolePrefix = "[serial] "
 
 // Runner runs one VM.
 type Runner struct {
@@ -59,6 +66,7 @@ type Runner struct {
 	machine    *Machine
 
 	qemu, swtpm *process
+	console     *serialconsole.Console
 	mon         *qmp.Monitor
 	status      Status
 	live        *liveState
@@ -78,6 +86,9 @@ func New(opts Options) (*Runner, error) {
 	}
 	if opts.QemuOutput == nil {
 		opts.QemuOutput = os.Stderr
+	}
+	if opts.ConsoleOutput == nil {
+		opts.ConsoleOutput = os.Stdout
 	}
 	if opts.Qemu == "" {
 		opts.Qemu = "qemu-system-x86_64"
@@ -199,6 +210,15 @@ func (r *Runner) launch(ctx context.Context) error {
 			return err
 		}
 	}
+	// Before qemu, which connects to it at its start.
+	r.console, err = serialconsole.Listen(serialconsole.Options{
+		Dir: r.runtimeDir, PodLog: r.opts.ConsoleOutput, PodLogPrefix: consolePrefix, Logger: r.log,
+	})
+	if err != nil {
+		return fmt.Errorf("serial console: %w", err)
+	}
+	r.console.SetPodLog(c.VM.PodLog())
+	m.ConsoleSocket = r.console.GuestPath()
 	args, err := tmpl.Args(m)
 	if err != nil {
 		return err
@@ -290,6 +310,12 @@ func (r *Runner) cleanup() {
 	for _, p := range []*process{r.qemu, r.swtpm} {
 		if p != nil {
 			p.kill()
+		}
+	}
+	// After qemu: the guest's last words are read first.
+	if r.console != nil {
+		if err := r.console.Close(); err != nil {
+			r.log.Warn("Closing the serial console", "err", err)
 		}
 	}
 	if r.runtimeDir != "" {

@@ -70,7 +70,20 @@ type VM struct {
 	Network          []Network `json:"network,omitempty"`
 	Drives           []Drive   `json:"drives,omitempty"`
 	Display          *Display  `json:"display,omitempty"`
+	// SerialConsole is a vmop addition; the Java runner ignores it.
+	SerialConsole *SerialConsole `json:"serialConsole,omitempty"`
 }
+
+// SerialConsole is what the runner does with the guest's serial output
+// beyond keeping its last part in the runtime directory.
+type SerialConsole struct {
+	// PodLog copies the output, line by line, to the runner's stdout. It
+	// changes live.
+	PodLog bool `json:"podLog,omitempty"`
+}
+
+// PodLog tells whether the serial console goes to the pod log.
+func (v *VM) PodLog() bool { return v.SerialConsole != nil && v.SerialConsole.PodLog }
 
 // Network types.
 const (

@@ -31,6 +31,7 @@ import (
 	"github.com/vmop/vmop/pkg/guestagent"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runner"
+	"github.com/vmop/vmop/pkg/serialconsole"
 	"github.com/vmop/vmop/templates"
 )
 
@@ -153,7 +154,7 @@ func (g *guest) runnerLog() string {
 }
 
 func (g *guest) console() string {
-	b, _ := os.ReadFile(filepath.Join(g.runtime, "console.log"))
+	b, _ := serialconsole.ReadHistory(g.runtime)
 	return string(b)
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/vmop/vmop/internal/testguest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/qmp"
+	"github.com/vmop/vmop/pkg/serialconsole"
 	"github.com/vmop/vmop/templates"
 )
 
@@ -172,9 +173,8 @@ func TestRunnerImage(t *testing.T) {
 	require.NoError(t, run.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- run.Wait() }()
-	console := filepath.Join(dir, "run", "console.log")
 	waitFor(t, 3*time.Minute, exited, &out, func() error {
-		b, _ := os.ReadFile(console)
+		b, _ := serialconsole.ReadHistory(filepath.Join(dir, "run"))
 		if !strings.Contains(string(b), testguest.ReadyLine) {
 			return fmt.Errorf("no %q on the guest's console", testguest.ReadyLine)
 		}

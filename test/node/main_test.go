@@ -24,6 +24,7 @@ import (
 	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/imagebuild"
 	"github.com/vmop/vmop/internal/testnode"
+	"github.com/vmop/vmop/pkg/serialconsole"
 )
 
 var (
@@ -154,7 +155,7 @@ func consoleLog(ctx context.Context, ns, vm string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/tmp/vmrunner-0/%s/console.log", pid, vm))
+	b, err := serialconsole.ReadHistory(fmt.Sprintf("/proc/%d/root/tmp/vmrunner-0/%s", pid, vm))
 	return string(b), err
 }
 

@@ -162,6 +162,7 @@ func TestOperatorJourney(t *testing.T) {
 	})
 
 	t.Run("console", func(t *testing.T) { consoleLogin(t, ns, vm) })
+	t.Run("serial console", func(t *testing.T) { serialConsole(t, ns, vm) })
 
 	t.Run("stop and start", func(t *testing.T) {
 		exit := watchRunnerExit(t, ns, vm)

@@ -200,6 +200,8 @@ spec:
         generateSecret: false
         streamingVideo: filter
         ticket: secret
+    serialConsole:
+      podLog: true
 `
 
 // sourceImageVM names its image the other way; with fullVM it covers all.

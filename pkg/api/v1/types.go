@@ -144,6 +144,16 @@ type VMSpec struct {
 	Networks   []Network `json:"networks,omitempty"`
 	Disks      []Disk    `json:"disks,omitempty"`
 	Display    *Display  `json:"display,omitempty"`
+	// SerialConsole is a vmop addition: VM-Operator has no serial console.
+	SerialConsole *SerialConsole `json:"serialConsole,omitempty"`
+}
+
+// SerialConsole says what the runner does with the guest's serial port
+// beyond keeping its last output and letting clients attach.
+type SerialConsole struct {
+	// PodLog copies the guest's output, line by line, to the pod log.
+	// It applies while the VM runs.
+	PodLog bool `json:"podLog,omitempty"`
 }
 
 // CPUTopology is passed to qemu's -smp; a zero value omits that part.

@@ -1,11 +1,13 @@
 // Package console is "kubectl vm console": it opens a VM's SPICE display
-// in remote-viewer with a one-time password.
+// in remote-viewer with a one-time password, or, with --serial, attaches
+// the terminal to the VM's serial console.
 package console
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -46,6 +48,8 @@ type Options struct {
 	Timeout  time.Duration
 	PrintVV  bool
 	NoLaunch bool
+	// Serial attaches to the serial console instead of the display.
+	Serial bool
 
 	cmdName     string // "kubectl vm", for hints
 	viewer      string // the path of Viewer, when it is launched
@@ -59,10 +63,11 @@ type Options struct {
 func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{cmdName: name, configFlags: configFlags, IOStreams: streams}
 	cmd := &cobra.Command{
-		Use:   "console NAME [--expiry 30s] [--print-vv | --no-launch]",
-		Short: "Open a running VM's SPICE display in remote-viewer",
+		Use:   "console NAME [--expiry 30s] [--print-vv | --no-launch] | console --serial NAME",
+		Short: "Open a running VM's SPICE display in remote-viewer, or its serial console",
 		Long: `Open a running VM's SPICE display in remote-viewer (from virt-viewer) with
-a one-time password.
+a one-time password; with --serial, attach this terminal to the VM's
+serial console instead.
 
 The command writes a new random password with a short expiry into the VM's
 display Secret (labelled ` + render.LabelComponent + `=` + render.ComponentDisplaySecret + `, else
@@ -79,7 +84,24 @@ forward to the VM's pod via the API server, which stays open while
 remote-viewer runs (with --print-vv or --no-launch: until Ctrl-C).
 
 The connection file (.vv) is written with mode 0600 into a temporary
-directory; remote-viewer deletes it once read.`,
+directory; remote-viewer deletes it once read.
+
+With --serial, what is typed goes to the guest's first serial port
+(ttyS0, COM1) and what the guest writes there comes back; the terminal is
+raw, so Ctrl-C and the like are the guest's. Ctrl-] leaves. One client at a
+time may type: a second one is refused with the name (user@host) of the
+one attached. Any number may watch with "logs --follow". The guest learns
+the terminal's size only from stty or resize: a serial line carries none.
+Input that is not a terminal (a pipe, a script) works too, and its end
+leaves.
+
+The serial console is reached through pods/exec: the command runs
+"vm-runner serial --attach" in the runner container, which joins the
+runner's console socket. pods/exec, not pods/portforward or pods/attach,
+because Kubernetes' standard "edit" and "admin" roles grant it, it passes
+API server proxies that carry kubectl exec, and the runner can say in
+plain words why it cannot attach. It needs: get on the VirtualMachine (or,
+in GitOps mode, the StatefulSet), get on pods, and create on pods/exec.`,
 		Example: fmt.Sprintf(`  # Open the display of a running VM
   %[1]s console test-vm
 
@@ -87,7 +109,10 @@ directory; remote-viewer deletes it once read.`,
   %[1]s console test-vm --print-vv > test-vm.vv
 
   # Write the connection file and print its path; a password valid for 2 minutes
-  %[1]s console test-vm --no-launch --expiry 2m`, name),
+  %[1]s console test-vm --no-launch --expiry 2m
+
+  # Type on the VM's serial console (Ctrl-] leaves)
+  %[1]s console --serial test-vm`, name),
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completion.VMName(configFlags),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -104,6 +129,7 @@ directory; remote-viewer deletes it once read.`,
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 60*time.Second, "how long to wait for the runner to apply the password")
 	cmd.Flags().BoolVar(&o.PrintVV, "print-vv", false, "print the connection file to stdout instead of launching "+Viewer)
 	cmd.Flags().BoolVar(&o.NoLaunch, "no-launch", false, "write the connection file and print its path instead of launching "+Viewer)
+	cmd.Flags().BoolVar(&o.Serial, "serial", false, "attach this terminal to the VM's serial console instead (Ctrl-] leaves)")
 	return cmd
 }
 
@@ -121,6 +147,12 @@ func (o *Options) Complete(args []string) error {
 // Validate checks the flags and, before any password is changed, that
 // remote-viewer can be launched.
 func (o *Options) Validate() error {
+	if o.Serial {
+		if o.PrintVV || o.NoLaunch {
+			return errors.New("--serial: not with --print-vv or --no-launch, which are about the display")
+		}
+		return nil
+	}
 	if o.Expiry < time.Second {
 		return fmt.Errorf("--expiry %s: must be at least 1s", o.Expiry)
 	}
@@ -142,6 +174,9 @@ func (o *Options) Run(ctx context.Context) error {
 	// Ctrl-C ends a port forward and the viewer cleanly.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
+	if o.Serial {
+		return o.runSerial(ctx)
+	}
 	c := o.client
 	vm, err := c.Get(ctx, o.Name)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/vmop/vmop/pkg/cmd/create"
 	"github.com/vmop/vmop/pkg/cmd/install"
 	"github.com/vmop/vmop/pkg/cmd/list"
+	"github.com/vmop/vmop/pkg/cmd/logs"
 	"github.com/vmop/vmop/pkg/cmd/render"
 	"github.com/vmop/vmop/pkg/cmd/reset"
 	"github.com/vmop/vmop/pkg/cmd/set"
@@ -105,6 +106,7 @@ kustomize/kpt KRM function that renders the VirtualMachines of the list.`,
 	cmd.AddCommand(set.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(cdrom.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(console.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(logs.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(completion.NewCmd(name, streams))
 	cmd.AddCommand(newVersionCmd(name, configFlags, streams))
 	return cmd

@@ -1,0 +1,137 @@
+package node
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/internal/eventually"
+	"github.com/vmop/vmop/internal/ptytest"
+	"github.com/vmop/vmop/internal/testguest"
+	"github.com/vmop/vmop/pkg/serialconsole"
+)
+
+// serialConsole uses the running VM's serial console as a user at a
+// terminal does, with the real kubectl through the API server and the
+// kubelet: kubectl vm logs shows the boot, kubectl vm console --serial
+// under a pseudo-terminal types to the guest and reads its answer, a
+// second client is refused meanwhile, logs -f follows, and Ctrl-] leaves.
+func serialConsole(t *testing.T, ns, vm string) {
+	logs := kubectl(t, "", "vm", "logs", "-n", ns, vm)
+	require.Contains(t, logs, testguest.ReadyLine, "kubectl vm logs: the guest's boot")
+	t.Logf("kubectl vm logs -n %s %s:\n%s", ns, vm, logs)
+
+	pty, tty := ptytest.Open(t)
+	cmd := kubectlCmd(t.Context(), "vm", "console", "--serial", "-n", ns, vm)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	// The terminal is the session's, as in a terminal emulator: resizes
+	// signal kubectl and the plugin.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	require.NoError(t, cmd.Start())
+	tty.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ended := false
+	defer func() {
+		if !ended {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	var screen syncBuffer
+	go func() { _, _ = io.Copy(&screen, pty) }()
+	waitScreen := func(want string) {
+		t.Helper()
+		eventually.Within(t, time.Minute, func() string {
+			if strings.Contains(screen.String(), want) {
+				return ""
+			}
+			return fmt.Sprintf("no %q on the terminal; it shows:\n%q", want, screen.String())
+		})
+	}
+	waitScreen(fmt.Sprintf("Connected to the serial console of vm %s/%s; Ctrl-] to leave\r\n", ns, vm))
+	_, err := pty.WriteString("ping hello\r")
+	require.NoError(t, err)
+	waitScreen(testguest.PongPrefix + "hello")
+
+	t.Run("second client refused", func(t *testing.T) {
+		out, errOut, err := kubectlResult(t.Context(), "ping intruder\r", "vm", "console", "--serial", "-n", ns, vm)
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "stdout: %s\nstderr: %s", out, errOut)
+		require.Regexp(t, `^error: vm `+ns+`/`+vm+`: the serial console is in use: \S+@\S+ is attached \(since \d\d:\d\d:\d\d UTC\); one interactive client at a time\n$`, errOut)
+		require.Empty(t, out)
+		t.Logf("a second kubectl vm console --serial:\n%s", errOut)
+	})
+
+	t.Run("logs follow", func(t *testing.T) {
+		follow := kubectlCmd(t.Context(), "vm", "logs", "-f", "-n", ns, vm)
+		var out syncBuffer
+		follow.Stdout, follow.Stderr = &out, &out
+		require.NoError(t, follow.Start())
+		// Resized while attached: the session goes on.
+		ptytest.Resize(t, pty, 132, 43)
+		_, err := pty.WriteString("ping follow\r")
+		require.NoError(t, err)
+		eventually.Within(t, time.Minute, func() string {
+			if strings.Contains(out.String(), testguest.PongPrefix+"follow") {
+				return ""
+			}
+			return fmt.Sprintf("kubectl vm logs -f shows:\n%s", out.String())
+		})
+		require.Contains(t, out.String(), testguest.ReadyLine, "the kept output first")
+		waitScreen(testguest.PongPrefix + "follow")
+		require.NoError(t, follow.Process.Signal(os.Interrupt))
+		require.NoError(t, follow.Wait(), "Ctrl-C ends logs -f: %s", out.String())
+	})
+
+	_, err = pty.Write([]byte{serialconsole.Escape})
+	require.NoError(t, err)
+	select {
+	case err := <-exited:
+		ended = true
+		require.NoError(t, err, "Ctrl-] leaves with exit 0; the terminal shows:\n%q", screen.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("kubectl vm console --serial did not end after Ctrl-]; the terminal shows:\n%q", screen.String())
+	}
+	require.NotContains(t, screen.String(), "intruder", "the refused client's input reached no one")
+	t.Logf("kubectl vm console --serial under a terminal:\n%s", screen.String())
+
+	// The slot is free again, and input from a pipe works too.
+	_, errOut, err := kubectlResult(t.Context(), "ping piped\r", "vm", "console", "--serial", "-n", ns, vm)
+	require.NoError(t, err, errOut)
+	require.Equal(t, fmt.Sprintf("Connected to the serial console of vm %s/%s; Ctrl-] to leave\n", ns, vm), errOut)
+	eventually.Within(t, time.Minute, func() string {
+		out, _, err := kubectlResult(t.Context(), "", "vm", "logs", "-n", ns, vm)
+		if err == nil && strings.Contains(out, testguest.PongPrefix+"piped") {
+			return ""
+		}
+		return fmt.Sprintf("no answer to the piped ping in kubectl vm logs (%v):\n%s", err, out)
+	})
+}
+
+// syncBuffer collects a process's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
