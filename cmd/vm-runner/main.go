@@ -27,6 +27,9 @@ func main() {
 
 func run() int {
 	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "connect" {
+		return connect(args[1:])
+	}
 	sub := ""
 	if len(args) > 0 && (args[0] == "probe" || args[0] == "check") {
 		sub, args = args[0], args[1:]
@@ -34,6 +37,7 @@ func run() int {
 	flags := pflag.NewFlagSet("vm-runner", pflag.ContinueOnError)
 	flags.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: vm-runner [-c config.yaml] [flags]\n"+
+			"       vm-runner connect --port PORT [-c config.yaml]   (copy stdin/stdout to a TCP port of the running guest)\n"+
 			"       vm-runner probe [-c config.yaml]   (exit 0 while the VM runs)\n"+
 			"       vm-runner check [-c config.yaml]   (start qemu paused with the config, apply it, quit: exit 0 when qemu accepts the VM)\n\nFlags:\n%s", flags.FlagUsages())
 	}

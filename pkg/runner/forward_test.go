@@ -1,0 +1,107 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/pkg/guestagent"
+)
+
+// fakeForwarder records the forwards; its first refusals refusals are of
+// taken ports.
+type fakeForwarder struct {
+	calls    []string
+	refusals int
+}
+
+func (f *fakeForwarder) HostfwdAdd(_ context.Context, netdev string, host netip.AddrPort, guestPort int) error {
+	f.calls = append(f.calls, fmt.Sprintf("add %s %d", netdev, guestPort))
+	if f.refusals > 0 {
+		f.refusals--
+		return errors.New("Could not set up host forwarding rule")
+	}
+	if !host.Addr().IsLoopback() || host.Port() == 0 {
+		return fmt.Errorf("host %s: not a port of the loopback address", host)
+	}
+	return nil
+}
+
+func (f *fakeForwarder) HostfwdRemove(_ context.Context, netdev string, _ netip.AddrPort) error {
+	f.calls = append(f.calls, "remove "+netdev)
+	return nil
+}
+
+func TestForwardsShareAndRelease(t *testing.T) {
+	var f forwards
+	fw := &fakeForwarder{}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := t.Context()
+
+	a, releaseA, err := f.acquire(ctx, fw, log, "net0", 22)
+	require.NoError(t, err)
+	b, releaseB, err := f.acquire(ctx, fw, log, "net0", 22)
+	require.NoError(t, err)
+	require.Equal(t, a, b, "one forward per guest port")
+	c, releaseC, err := f.acquire(ctx, fw, log, "net0", 80)
+	require.NoError(t, err)
+	require.NotEqual(t, a, c)
+	require.Equal(t, []string{"add net0 22", "add net0 80"}, fw.calls)
+
+	releaseA()
+	releaseA() // twice is once
+	require.Equal(t, []string{"add net0 22", "add net0 80"}, fw.calls, "b still uses port 22")
+	releaseB()
+	releaseC()
+	require.Equal(t, []string{"add net0 22", "add net0 80", "remove net0", "remove net0"}, fw.calls)
+	require.Empty(t, f.byPort)
+
+	// A port that another process took between the pick and qemu's bind.
+	fw = &fakeForwarder{refusals: forwardAttempts - 1}
+	_, release, err := f.acquire(ctx, fw, log, "net0", 22)
+	require.NoError(t, err)
+	release()
+	fw = &fakeForwarder{refusals: forwardAttempts}
+	_, _, err = f.acquire(ctx, fw, log, "net0", 22)
+	require.EqualError(t, err, "cannot forward to guest port 22: Could not set up host forwarding rule")
+	require.Empty(t, f.byPort, "a failed forward is not kept")
+}
+
+func TestGuestAddress(t *testing.T) {
+	iface := func(name string, addrs ...string) guestagent.Interface {
+		i := guestagent.Interface{Name: name}
+		for _, a := range addrs {
+			i.IPAddresses = append(i.IPAddresses, guestagent.IPAddress{Address: a})
+		}
+		return i
+	}
+	for _, c := range []struct {
+		name string
+		info *guestagent.Info
+		want string
+	}{
+		{"no agent", nil, ""},
+		{"loopback and link-local only", &guestagent.Info{Interfaces: []guestagent.Interface{
+			iface("lo", "127.0.0.1", "::1"), iface("eth0", "fe80::1", "169.254.3.4")}}, ""},
+		{"IPv4 before IPv6", &guestagent.Info{Interfaces: []guestagent.Interface{
+			iface("lo", "127.0.0.1"), iface("eth0", "fe80::1", "2001:db8::5"), iface("eth1", "192.168.7.20")}}, "192.168.7.20"},
+		{"IPv6 only", &guestagent.Info{Interfaces: []guestagent.Interface{
+			iface("eth0", "2001:db8::5", "2001:db8::6")}}, "2001:db8::5"},
+		{"garbage is skipped", &guestagent.Info{Interfaces: []guestagent.Interface{
+			iface("eth0", "not an address", "10.1.2.3")}}, "10.1.2.3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ip, ok := guestAddress(c.info)
+			require.Equal(t, c.want != "", ok)
+			if ok {
+				require.Equal(t, c.want, ip.String())
+			}
+		})
+	}
+}
