@@ -24,33 +24,46 @@ func (m *Monitor) HumanMonitorCommand(ctx context.Context, line string) (string,
 
 // userNetdev matches a user-mode netdev that a NIC uses in "info
 // network": " \ net0: index=0,type=user,net=10.0.2.0,restrict=on" under
-// the NIC's line (a netdev without a NIC has a line of its own).
-var userNetdev = regexp.MustCompile(`(?m)^ \\ ([^\s:]+): index=\d+,type=user(?:,|\r?$)`)
+// the NIC's line, which ends with its MAC address (a netdev without a NIC
+// has a line of its own).
+var userNetdev = regexp.MustCompile(`(?m),macaddr=([0-9a-fA-F:]+)\r?\n \\ ([^\s:]+): index=\d+,type=user(?:,|\r?$)`)
 
-// UserNetdevs lists the ids of the user-mode netdevs that a NIC uses,
-// in the order of qemu's NICs. They come from qemu rather than from the
-// runner's config because a command template may define its own.
-func (m *Monitor) UserNetdevs(ctx context.Context) ([]string, error) {
+// UserNetdev is a user-mode netdev and the MAC address of its NIC.
+type UserNetdev struct {
+	ID, MAC string
+}
+
+// UserNetdevs lists the user-mode netdevs that a NIC uses, in the order
+// of qemu's NICs. They come from qemu rather than from the runner's
+// config because a command template may define its own.
+func (m *Monitor) UserNetdevs(ctx context.Context) ([]UserNetdev, error) {
 	out, err := m.HumanMonitorCommand(ctx, "info network")
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
+	var netdevs []UserNetdev
 	for _, sub := range userNetdev.FindAllStringSubmatch(out, -1) {
-		ids = append(ids, sub[1])
+		netdevs = append(netdevs, UserNetdev{ID: sub[2], MAC: strings.ToLower(sub[1])})
 	}
-	return ids, nil
+	return netdevs, nil
 }
 
 // HostfwdAdd makes user-mode netdev forward TCP connections to host
-// (an IP address and port of the host running qemu) to port guestPort of
-// the guest's address on that network (the first one its DHCP server
-// hands out).
-func (m *Monitor) HostfwdAdd(ctx context.Context, netdev string, host netip.AddrPort, guestPort int) error {
+// (an IP address and port of the host running qemu) to guest: an address
+// of the guest on that network, or without one the first address that
+// the network's DHCP server hands out, and a port.
+func (m *Monitor) HostfwdAdd(ctx context.Context, netdev string, host, guest netip.AddrPort) error {
 	if !host.Addr().Is4() {
 		return fmt.Errorf("qmp hostfwd_add: host address %s: only IPv4 is supported", host.Addr())
 	}
-	return m.hmp(ctx, fmt.Sprintf("hostfwd_add %s tcp:%s-:%d", netdev, hostfwdHost(host), guestPort), "")
+	guestAddr := ""
+	if guest.Addr().IsValid() {
+		if !guest.Addr().Is4() {
+			return fmt.Errorf("qmp hostfwd_add: guest address %s: only IPv4 is supported", guest.Addr())
+		}
+		guestAddr = guest.Addr().String()
+	}
+	return m.hmp(ctx, fmt.Sprintf("hostfwd_add %s tcp:%s-%s:%d", netdev, hostfwdHost(host), guestAddr, guest.Port()), "")
 }
 
 // HostfwdRemove removes the forward of host that HostfwdAdd made.

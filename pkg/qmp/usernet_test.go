@@ -4,6 +4,7 @@ package qmp
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -28,16 +29,16 @@ func TestQEMUHostfwd(t *testing.T) {
 
 	ids, err := m.UserNetdevs(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"u0"}, ids, "the user netdevs with a NIC")
+	require.Equal(t, []UserNetdev{{ID: "u0", MAC: "52:54:00:12:34:56"}}, ids, "the user netdevs with a NIC")
 
 	host := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(freePort(t)))
-	require.NoError(t, m.HostfwdAdd(ctx, "u0", host, 22))
+	require.NoError(t, m.HostfwdAdd(ctx, "u0", host, netip.AddrPortFrom(netip.Addr{}, 22)))
 	// slirp accepts on the host side before it connects in the guest.
 	c, err := net.DialTimeout("tcp", host.String(), 5*time.Second)
 	require.NoError(t, err, "the forward's host port")
 	c.Close()
 
-	err = m.HostfwdAdd(ctx, "u1", host, 22)
+	err = m.HostfwdAdd(ctx, "u1", host, netip.AddrPortFrom(netip.Addr{}, 22))
 	require.ErrorContains(t, err, "hostfwd_add u1 tcp:"+host.String()+"-:22: Could not set up host forwarding rule", "a port in use")
 
 	require.NoError(t, m.HostfwdRemove(ctx, "u0", host))
@@ -45,8 +46,18 @@ func TestQEMUHostfwd(t *testing.T) {
 	require.Error(t, err, "the removed forward's host port")
 	require.ErrorContains(t, m.HostfwdRemove(ctx, "u0", host), "not found")
 
-	require.ErrorContains(t, m.HostfwdAdd(ctx, "nosuch", host, 22), "unrecognized netdev id 'nosuch'")
-	require.ErrorContains(t, m.HostfwdAdd(ctx, "u0", netip.MustParseAddrPort("[::1]:2222"), 22), "only IPv4")
+	// A guest address of its own (a static one, as the guest's agent may
+	// report).
+	require.NoError(t, m.HostfwdAdd(ctx, "u0", host, netip.MustParseAddrPort("10.0.2.20:22")))
+	out, err := m.HumanMonitorCommand(ctx, "info usernet")
+	require.NoError(t, err)
+	require.Regexp(t, `TCP\[HOST_FORWARD\]\s+\d+\s+127\.0\.0\.1\s+`+fmt.Sprint(host.Port())+`\s+10\.0\.2\.20\s+22\s`, out)
+	require.NoError(t, m.HostfwdRemove(ctx, "u0", host))
+
+	guest := netip.MustParseAddrPort("10.0.2.15:22")
+	require.ErrorContains(t, m.HostfwdAdd(ctx, "nosuch", host, guest), "unrecognized netdev id 'nosuch'")
+	require.ErrorContains(t, m.HostfwdAdd(ctx, "u0", netip.MustParseAddrPort("[::1]:2222"), guest), "only IPv4")
+	require.ErrorContains(t, m.HostfwdAdd(ctx, "u0", host, netip.MustParseAddrPort("[fd00::2]:22")), "only IPv4")
 }
 
 func TestUserNetdevPattern(t *testing.T) {
@@ -58,7 +69,7 @@ func TestUserNetdevPattern(t *testing.T) {
 		" \\ tricky: index=0,type=username\r\n"
 	var ids []string
 	for _, sub := range userNetdev.FindAllStringSubmatch(out, -1) {
-		ids = append(ids, sub[1])
+		ids = append(ids, sub[2]+" "+sub[1])
 	}
-	require.Equal(t, []string{"net0"}, ids)
+	require.Equal(t, []string{"net0 52:54:00:12:34:56"}, ids)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,16 +28,17 @@ const forwardRelease = 5 * time.Second
 // hostForwarder adds and removes the host forwards of a user-mode netdev
 // (qemu over QMP; a fake in unit tests).
 type hostForwarder interface {
-	HostfwdAdd(ctx context.Context, netdev string, host netip.AddrPort, guestPort int) error
+	HostfwdAdd(ctx context.Context, netdev string, host, guest netip.AddrPort) error
 	HostfwdRemove(ctx context.Context, netdev string, host netip.AddrPort) error
 }
 
-// forwards are the host forwards in use, one per guest port, shared by
-// all connections to that port and removed with the last of them, so that
-// the guest is not reachable on the pod's loopback longer than needed.
+// forwards are the host forwards in use, one per guest address and port,
+// shared by all connections to it and removed with the last of them, so
+// that the guest is not reachable on the pod's loopback longer than
+// needed.
 type forwards struct {
-	mu     sync.Mutex
-	byPort map[int]*forward
+	mu      sync.Mutex
+	byGuest map[netip.AddrPort]*forward
 }
 
 // forward is a host forward and the number of connections using it.
@@ -46,70 +48,78 @@ type forward struct {
 	users  int
 }
 
-// acquire returns where guest port guestPort is reached through netdev,
-// adding a host forward unless one exists, and the function that gives it
-// back.
-func (f *forwards) acquire(ctx context.Context, fw hostForwarder, log *slog.Logger, netdev string, guestPort int) (netip.AddrPort, func(), error) {
+// acquire returns where guest (an address without one: the first that
+// the network's DHCP server hands out) is reached through netdev, adding
+// a host forward unless one exists, and the function that gives it back.
+func (f *forwards) acquire(ctx context.Context, fw hostForwarder, log *slog.Logger, netdev string, guest netip.AddrPort) (netip.AddrPort, func(), error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fwd := f.byPort[guestPort]
+	fwd := f.byGuest[guest]
 	if fwd == nil {
-		host, err := addForward(ctx, fw, netdev, guestPort)
+		host, err := addForward(ctx, fw, netdev, guest)
 		if err != nil {
 			return netip.AddrPort{}, nil, err
 		}
-		log.Info("Guest port forwarded", "netdev", netdev, "guestPort", guestPort, "host", host)
+		log.Info("Guest port forwarded", "netdev", netdev, "guest", guestString(guest), "host", host)
 		fwd = &forward{netdev: netdev, host: host}
-		if f.byPort == nil {
-			f.byPort = map[int]*forward{}
+		if f.byGuest == nil {
+			f.byGuest = map[netip.AddrPort]*forward{}
 		}
-		f.byPort[guestPort] = fwd
+		f.byGuest[guest] = fwd
 	}
 	fwd.users++
 	var once sync.Once
-	release := func() { once.Do(func() { f.release(fw, log, guestPort, fwd) }) }
+	release := func() { once.Do(func() { f.release(fw, log, guest, fwd) }) }
 	return fwd.host, release, nil
 }
 
-func (f *forwards) release(fw hostForwarder, log *slog.Logger, guestPort int, fwd *forward) {
+func (f *forwards) release(fw hostForwarder, log *slog.Logger, guest netip.AddrPort, fwd *forward) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fwd.users--; fwd.users > 0 {
 		return
 	}
-	delete(f.byPort, guestPort)
+	delete(f.byGuest, guest)
 	ctx, cancel := context.WithTimeout(context.Background(), forwardRelease)
 	defer cancel()
 	if err := fw.HostfwdRemove(ctx, fwd.netdev, fwd.host); err != nil {
 		// qemu may have ended with the VM: its forwards went with it.
-		log.Debug("Removing a guest port forward", "guestPort", guestPort, "host", fwd.host, "err", err)
+		log.Debug("Removing a guest port forward", "guest", guestString(guest), "host", fwd.host, "err", err)
 		return
 	}
-	log.Info("Guest port forward removed", "netdev", fwd.netdev, "guestPort", guestPort, "host", fwd.host)
+	log.Info("Guest port forward removed", "netdev", fwd.netdev, "guest", guestString(guest), "host", fwd.host)
+}
+
+// guestString is guest for logs and errors: ":PORT" without an address.
+func guestString(guest netip.AddrPort) string {
+	if !guest.Addr().IsValid() {
+		return ":" + strconv.Itoa(int(guest.Port()))
+	}
+	return guest.String()
 }
 
 // forwardAttempts: the free port that addForward picks may be taken by
 // another process before qemu binds it.
 const forwardAttempts = 3
 
-// addForward forwards a free port of 127.0.0.1 to guestPort. qemu would
-// pick a free port itself for port 0, but tells which only in the table
-// of "info usernet", which is for people.
-func addForward(ctx context.Context, fw hostForwarder, netdev string, guestPort int) (netip.AddrPort, error) {
+// addForward forwards a free port of 127.0.0.1 to guest. qemu would pick
+// a free port itself for port 0, but tells which only in the table of
+// "info usernet", which is for people.
+func addForward(ctx context.Context, fw hostForwarder, netdev string, guest netip.AddrPort) (netip.AddrPort, error) {
 	var err error
 	for range forwardAttempts {
 		var host netip.AddrPort
 		if host, err = freeLoopbackPort(); err != nil {
 			return netip.AddrPort{}, err
 		}
-		if err = fw.HostfwdAdd(ctx, netdev, host, guestPort); err == nil {
+		if err = fw.HostfwdAdd(ctx, netdev, host, guest); err == nil {
 			return host, nil
 		}
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return netip.AddrPort{}, fmt.Errorf("cannot forward to guest port %d: %w", guestPort, err)
+	return netip.AddrPort{}, fmt.Errorf("cannot forward to guest port %d: %w", guest.Port(), err)
 }
 
 func freeLoopbackPort() (netip.AddrPort, error) {
@@ -122,14 +132,19 @@ func freeLoopbackPort() (netip.AddrPort, error) {
 }
 
 // guestAddress is the address that the guest agent reported first among
-// the guest's global unicast ones (IPv4 before IPv6): what a guest on a
-// tap network is reached at.
-func guestAddress(info *guestagent.Info) (netip.Addr, bool) {
+// the guest's global unicast ones (IPv4 before IPv6) on the interface with
+// MAC address mac, or on any when mac is empty: what a guest on a tap
+// network is reached at, and a guest that chose its own address on a
+// user network.
+func guestAddress(info *guestagent.Info, mac string) (netip.Addr, bool) {
 	if info == nil {
 		return netip.Addr{}, false
 	}
 	var v6 netip.Addr
 	for _, i := range info.Interfaces {
+		if mac != "" && !strings.EqualFold(i.HardwareAddress, mac) {
+			continue
+		}
 		for _, a := range i.IPAddresses {
 			ip, err := netip.ParseAddr(a.Address)
 			if err != nil || !ip.IsGlobalUnicast() {
@@ -168,10 +183,18 @@ func (r *Runner) reach(ctx context.Context, guestPort int) (netip.AddrPort, func
 	if err != nil {
 		return netip.AddrPort{}, nil, fmt.Errorf("asking qemu for its networks: %w", err)
 	}
+	info := r.guestInfo.Load()
 	if len(netdevs) > 0 {
-		return r.forwards.acquire(ctx, r.mon, r.log, netdevs[0], guestPort)
+		// The guest's address on that network when its agent reports an
+		// IPv4 one (it may have set its own), else the one slirp's DHCP
+		// server gives.
+		guest := netip.AddrPortFrom(netip.Addr{}, uint16(guestPort))
+		if ip, ok := guestAddress(info, netdevs[0].MAC); ok && ip.Is4() {
+			guest = netip.AddrPortFrom(ip, uint16(guestPort))
+		}
+		return r.forwards.acquire(ctx, r.mon, r.log, netdevs[0].ID, guest)
 	}
-	ip, ok := guestAddress(r.guestInfo.Load())
+	ip, ok := guestAddress(info, "")
 	if !ok {
 		return netip.AddrPort{}, nil, errNoAddress
 	}
