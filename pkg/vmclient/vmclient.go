@@ -25,6 +25,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
@@ -57,6 +58,9 @@ type Client struct {
 	Namespace string
 	// Host is the API server's URL, for messages.
 	Host string
+	// Config is the REST config the clients were made from, for
+	// streaming requests (exec, port forward) that typed clients lack.
+	Config *rest.Config
 }
 
 // New makes a Client from the kubectl flags (-n, --context, --kubeconfig).
@@ -78,7 +82,7 @@ func New(flags *genericclioptions.ConfigFlags) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Kube: kube, Dynamic: dyn, Namespace: ns, Host: cfg.Host}, nil
+	return &Client{Kube: kube, Dynamic: dyn, Namespace: ns, Host: cfg.Host, Config: cfg}, nil
 }
 
 // VM is one VM as found in the cluster.
