@@ -15,8 +15,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/internal/testguest"
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
 )
 
@@ -164,6 +168,27 @@ func TestGuestPorts(t *testing.T) {
 		require.NotContains(t, stderr.String(), "error: ", "kubectl vm adds nothing to ssh's own messages")
 	})
 
+	t.Run("the rights README names", func(t *testing.T) {
+		// get on the VM (virtualmachines, or its StatefulSet in GitOps
+		// mode) and its pod, create on pods/exec: nothing more.
+		rules := []rbacv1.PolicyRule{
+			{APIGroups: []string{v1.Group}, Resources: []string{v1.Resource}, Verbs: []string{"get"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"statefulsets"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}},
+		}
+		forwarder := serviceAccountWith(t, ns, "forwarder", rules)
+		out, errOut, err := kubectlResult(t.Context(), "least rights\n", "vm", "port-forward", "--as", forwarder, "--stdio", "7", "-n", ns, vm)
+		require.NoError(t, err, "stderr: %s", errOut)
+		require.Equal(t, "least rights\n", out)
+
+		viewer := serviceAccountWith(t, ns, "viewer", rules[:3])
+		_, errOut, err = kubectlResult(t.Context(), "", "vm", "port-forward", "--as", viewer, "--stdio", "7", "-n", ns, vm)
+		require.Error(t, err)
+		t.Logf("without pods/exec: %s", errOut)
+		require.Contains(t, errOut, "forbidden")
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		_, errOut, err := kubectlResult(t.Context(), "", "vm", "port-forward", "-n", ns, "nosuch", ":7")
 		require.Error(t, err)
@@ -180,4 +205,22 @@ func TestGuestPorts(t *testing.T) {
 		require.Error(t, err)
 		require.Equal(t, "error: vm ports/echo is not running: it has no pod\n", errOut)
 	})
+}
+
+// serviceAccountWith makes a ServiceAccount of namespace ns with a Role
+// of rules, and returns the user name that impersonates it (--as).
+func serviceAccountWith(t testing.TB, ns, name string, rules []rbacv1.PolicyRule) string {
+	t.Helper()
+	ctx := t.Context()
+	_, err := node.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = node.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = node.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return "system:serviceaccount:" + ns + ":" + name
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -44,10 +45,13 @@ type Options struct {
 	// Command runs in the guest instead of a login shell.
 	Command []string
 
-	cmdName     string
-	ssh         string // the path of Client
-	self        string // this program, for the ProxyCommand
-	namespace   string
+	cmdName   string
+	ssh       string // the path of Client
+	self      string // this program, for the ProxyCommand
+	namespace string
+	// kubeFlags are the kubectl flags given (but -n), for the
+	// ProxyCommand: it reaches the same cluster as the same user.
+	kubeFlags   []string
 	configFlags *genericclioptions.ConfigFlags
 	client      *vmclient.Client
 	// stdin is the process's own: ssh needs the terminal, not a buffered
@@ -86,7 +90,7 @@ statefulsets) and pods, create on pods/exec.`,
   %[1]s ssh -o StrictHostKeyChecking=accept-new -l root test-vm`, name),
 		ValidArgsFunction: vmTarget(configFlags),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(args, cmd.ArgsLenAtDash()); err != nil {
+			if err := o.Complete(cmd, args); err != nil {
 				return err
 			}
 			if err := o.Validate(); err != nil {
@@ -121,12 +125,13 @@ func vmTarget(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
 	}
 }
 
-// Complete reads the arguments (dash: where "--" was, -1 for none), finds
-// ssh and this program, and makes the client.
-func (o *Options) Complete(args []string, dash int) error {
-	if err := o.parseArgs(args, dash); err != nil {
+// Complete reads the arguments, finds ssh and this program, and makes
+// the client.
+func (o *Options) Complete(cmd *cobra.Command, args []string) error {
+	if err := o.parseArgs(args, cmd.ArgsLenAtDash()); err != nil {
 		return err
 	}
+	o.kubeFlags = kubeFlags(cmd.InheritedFlags())
 	var err error
 	if o.ssh, err = exec.LookPath(Client); err != nil {
 		return fmt.Errorf("%s not found on PATH: install an OpenSSH client", Client)
@@ -233,24 +238,31 @@ func (o *Options) sshArgs() []string {
 	return append(args, o.Command...)
 }
 
-// proxyCommand is this program's port-forward --stdio for the VM, with
-// the kubeconfig flags that choose its cluster, as a command line for the
-// user's shell (ssh runs it with "sh -c") with ssh's % escaped.
-func (o *Options) proxyCommand() string {
-	words := []string{o.self, "port-forward", "--stdio", o.Port, o.Name, "-n", o.namespace}
-	for _, f := range []struct {
-		flag  string
-		value *string
-	}{
-		{"--kubeconfig", o.configFlags.KubeConfig},
-		{"--context", o.configFlags.Context},
-		{"--cluster", o.configFlags.ClusterName},
-		{"--user", o.configFlags.AuthInfoName},
-	} {
-		if f.value != nil && *f.value != "" {
-			words = append(words, f.flag, *f.value)
+// kubeFlags are the kubectl flags set in flags, but the namespace, as
+// arguments.
+func kubeFlags(flags *pflag.FlagSet) []string {
+	var args []string
+	// VisitAll: InheritedFlags is a copy that knows nothing of what was set.
+	flags.VisitAll(func(f *pflag.Flag) {
+		if !f.Changed || f.Name == "namespace" {
+			return
 		}
-	}
+		values := []string{f.Value.String()}
+		if s, ok := f.Value.(pflag.SliceValue); ok {
+			values = s.GetSlice()
+		}
+		for _, v := range values {
+			args = append(args, "--"+f.Name+"="+v)
+		}
+	})
+	return args
+}
+
+// proxyCommand is this program's port-forward --stdio for the VM, with
+// the kubectl flags given, as a command line for the user's shell (ssh
+// runs it with "sh -c") with ssh's % escaped.
+func (o *Options) proxyCommand() string {
+	words := append([]string{o.self, "port-forward", "--stdio", o.Port, o.Name, "-n", o.namespace}, o.kubeFlags...)
 	for i, w := range words {
 		words[i] = shellQuote(w)
 	}

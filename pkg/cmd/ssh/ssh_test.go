@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
@@ -48,6 +49,18 @@ func TestParseArgs(t *testing.T) {
 	}
 }
 
+// TestKubeFlags: the kubectl flags given reach the ProxyCommand, as the
+// root command parsed them; the namespace goes as the one resolved.
+func TestKubeFlags(t *testing.T) {
+	root := &cobra.Command{Use: "vm"}
+	genericclioptions.NewConfigFlags(true).AddFlags(root.PersistentFlags())
+	var got []string
+	root.AddCommand(&cobra.Command{Use: "ssh", Run: func(cmd *cobra.Command, _ []string) { got = kubeFlags(cmd.InheritedFlags()) }})
+	root.SetArgs([]string{"--context", "prod", "ssh", "-n", "x", "--as", "jane", "--as-group", "a", "--as-group", "b", "--kubeconfig=/k"})
+	require.NoError(t, root.Execute())
+	require.Equal(t, []string{"--as=jane", "--as-group=a", "--as-group=b", "--context=prod", "--kubeconfig=/k"}, got)
+}
+
 func TestValidatePort(t *testing.T) {
 	require.NoError(t, (&Options{Port: "2222"}).Validate())
 	require.EqualError(t, (&Options{Port: "ssh"}).Validate(), `--port "ssh": must be a number from 1 to 65535`)
@@ -55,17 +68,15 @@ func TestValidatePort(t *testing.T) {
 }
 
 func TestSSHArgs(t *testing.T) {
-	flags := genericclioptions.NewConfigFlags(false)
-	kubeconfig, context := "/home/me/my configs/kube%1", "it's-prod"
-	flags.KubeConfig, flags.Context = &kubeconfig, &context
 	o := &Options{
 		Name: "test-vm", User: "debian", Port: "2222", Identity: "/home/me/.ssh/id_ed25519",
 		SSHOptions: []string{"StrictHostKeyChecking=accept-new", "ConnectTimeout=30"},
 		Command:    []string{"uname", "-a"},
-		self:       "/usr/local/bin/kubectl-vm", namespace: "prod", configFlags: flags,
+		self:       "/usr/local/bin/kubectl-vm", namespace: "prod",
+		kubeFlags: []string{"--kubeconfig=/home/me/my configs/kube%1", "--context=it's-prod"},
 	}
 	require.Equal(t, []string{
-		"-o", `ProxyCommand=/usr/local/bin/kubectl-vm port-forward --stdio 2222 test-vm -n prod --kubeconfig '/home/me/my configs/kube%%1' --context 'it'\''s-prod'`,
+		"-o", `ProxyCommand=/usr/local/bin/kubectl-vm port-forward --stdio 2222 test-vm -n prod '--kubeconfig=/home/me/my configs/kube%%1' '--context=it'\''s-prod'`,
 		"-o", "HostKeyAlias=vm.test-vm.prod",
 		"-i", "/home/me/.ssh/id_ed25519",
 		"-l", "debian",
@@ -74,7 +85,7 @@ func TestSSHArgs(t *testing.T) {
 		"--", "vm.test-vm.prod", "uname", "-a",
 	}, o.sshArgs())
 
-	o = &Options{Name: "vm", Port: "22", self: "/bin/kubectl-vm", namespace: "default", configFlags: genericclioptions.NewConfigFlags(false)}
+	o = &Options{Name: "vm", Port: "22", self: "/bin/kubectl-vm", namespace: "default"}
 	require.Equal(t, []string{"-o", "ProxyCommand=/bin/kubectl-vm port-forward --stdio 22 vm -n default",
 		"-o", "HostKeyAlias=vm.vm.default", "--", "vm.vm.default"}, o.sshArgs())
 }
@@ -90,16 +101,14 @@ func TestProxyCommandReachesTheShell(t *testing.T) {
 	self := filepath.Join(dir, "kubectl vm's %d")
 	out := filepath.Join(dir, "args")
 	require.NoError(t, os.WriteFile(self, []byte("#!/bin/sh\nprintf '%s\\n' \"$@\" > '"+out+"'\n"), 0o755))
-	flags := genericclioptions.NewConfigFlags(false)
 	kubeconfig := "/tmp/a b/it's %h"
-	flags.KubeConfig = &kubeconfig
-	o := &Options{Name: "vm", Port: "22", self: self, namespace: "ns", configFlags: flags,
+	o := &Options{Name: "vm", Port: "22", self: self, namespace: "ns", kubeFlags: []string{"--kubeconfig=" + kubeconfig},
 		SSHOptions: []string{"BatchMode=yes"}}
 	cmd := exec.Command(Client, append([]string{"-F", "/dev/null"}, o.sshArgs()...)...)
 	cmd.Env = append(os.Environ(), "HOME="+dir)
 	_ = cmd.Run() // fails: the stand-in says nothing
 	got, err := os.ReadFile(out)
 	require.NoError(t, err, "the ProxyCommand did not run")
-	require.Equal(t, []string{"port-forward", "--stdio", "22", "vm", "-n", "ns", "--kubeconfig", kubeconfig},
+	require.Equal(t, []string{"port-forward", "--stdio", "22", "vm", "-n", "ns", "--kubeconfig=" + kubeconfig},
 		strings.Split(strings.TrimSuffix(string(got), "\n"), "\n"))
 }
