@@ -141,6 +141,7 @@ func TestGuestPorts(t *testing.T) {
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
 		_, err = io.ReadAll(c)
 		require.NoError(t, err)
+		t.Cleanup(func() { t.Logf("port-forward's stderr:\n%s", stderr.String()) })
 		want := "error: echo: guest port 8: the connection was closed before the guest sent anything: does a service listen on port 8 in the guest?\n"
 		require.Eventually(t, func() bool { return strings.Contains(stderr.String(), want) }, 10*time.Second, 100*time.Millisecond,
 			"stderr: %s", stderr.String())
@@ -198,6 +199,7 @@ func TestGuestPorts(t *testing.T) {
 	t.Run("errors", func(t *testing.T) {
 		_, errOut, err := kubectlResult(t.Context(), "", "vm", "port-forward", "-n", ns, "nosuch", ":7")
 		require.Error(t, err)
+		t.Logf("not found: %s", errOut)
 		require.Equal(t, "error: virtual machine \"nosuch\" not found in namespace \"ports\": no VirtualMachine and no StatefulSet rendered by kubectl vm\n", errOut)
 		_, errOut, err = kubectlResult(t.Context(), "", "vm", "ssh", "-n", ns, "nosuch")
 		require.Error(t, err)
@@ -209,6 +211,7 @@ func TestGuestPorts(t *testing.T) {
 		kubectl(t, "", "vm", "stop", "-n", ns, vm, "--wait", "--timeout", "3m")
 		_, errOut, err = kubectlResult(t.Context(), "", "vm", "port-forward", "--stdio", "7", "-n", ns, vm)
 		require.Error(t, err)
+		t.Logf("stopped: %s", errOut)
 		require.Equal(t, "error: vm ports/echo is not running: it has no pod\n", errOut)
 	})
 }
