@@ -127,10 +127,25 @@ func TestDebianBIOS(t *testing.T) {
 	// reach the guest's sshd through a host forward of qemu's user network
 	// to the address the agent reports (network-config's static one).
 	t.Run("ssh through vm-runner connect", func(t *testing.T) {
+		// Also when run alone: sshd runs with the seed's key once
+		// cloud-init is done, and the agent has told the NIC's address.
+		g.booted()
+		g.cloudInitDone()
+		g.waitStatus(0, time.Minute, "the NIC's address", func(s runner.Status) bool {
+			for _, i := range s.Guest.Interfaces {
+				for _, a := range i.IPAddresses {
+					if i.HardwareAddress == mac && a.Address == "10.0.2.20" {
+						return true
+					}
+				}
+			}
+			return false
+		})
 		start := time.Now()
 		out, err := g.ssh(clientKey, "vmop", "hostname; id -un")
 		require.NoError(t, err)
 		t.Logf("ssh hostname: %.1f s", time.Since(start).Seconds())
+		t.Logf("ssh -o ProxyCommand='vm-runner connect --port 22 -c %s' -l vmop deb-bios 'hostname; id -un':\n%s", g.config, out)
 		require.Equal(t, "deb-bios\nvmop\n", out)
 		require.Contains(t, g.runnerLog(), `msg="Guest port forwarded" vm=deb-bios netdev=testnet guest=10.0.2.20:22`)
 		eventually.Within(t, 10*time.Second, func() string {
