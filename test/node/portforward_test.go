@@ -7,10 +7,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -160,29 +162,46 @@ func TestGuestPorts(t *testing.T) {
 	t.Run("ssh", func(t *testing.T) {
 		// The user's own ssh; its ProxyCommand, kubectl-vm port-forward
 		// --stdio, reaches the echo port, which sends ssh's own banner
-		// back; ssh then fails in the key exchange, with its exit code.
+		// back. ssh then waits forever in the key exchange for answers
+		// that are its own words: the test ends it.
 		home := t.TempDir()
-		cmd := kubectlCmd(t.Context(), "vm", "ssh", "-n", ns, "-p", "7", "-o", "BatchMode=yes",
-			"-o", "UserKnownHostsFile="+filepath.Join(home, "known_hosts"), "-o", "LogLevel=DEBUG1", "tester@"+vm, "--", "true")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		t.Logf("kubectl vm ssh:\n%s", stderr.String())
-		require.Error(t, err)
-		require.Equal(t, 255, cmd.ProcessState.ExitCode(), "ssh's exit code")
+		sshArgs := func(port string) []string {
+			return []string{"vm", "ssh", "-n", ns, "-p", port, "-o", "BatchMode=yes",
+				"-o", "UserKnownHostsFile=" + filepath.Join(home, "known_hosts"), "-o", "LogLevel=DEBUG1", "tester@" + vm, "--", "true"}
+		}
+		cmd := kubectlCmd(t.Context(), sshArgs("7")...)
+		var stderr lockedBuffer
+		cmd.Stderr = &stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		require.NoError(t, cmd.Start())
+		require.Eventually(t, func() bool {
+			return strings.Contains(stderr.String(), "debug1: Remote protocol version 2.0, remote software version OpenSSH_")
+		}, time.Minute, 100*time.Millisecond, "ssh's banner from the guest; stderr:\n%s", stderr.String())
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // kubectl-vm, ssh and its ProxyCommand
+		_ = cmd.Wait()
+		t.Logf("kubectl vm %s:\n%s", strings.Join(sshArgs("7"), " "), stderr.String())
 		require.Regexp(t, `debug1: Executing proxy command: exec \S+/kubectl-vm port-forward --stdio 7 echo -n ports`, stderr.String())
-		require.Contains(t, stderr.String(), "debug1: Remote protocol version 2.0, remote software version OpenSSH_", "ssh's banner came back from the guest")
-		require.NotContains(t, stderr.String(), "error: ", "kubectl vm adds nothing to ssh's own messages")
+
+		// Nothing listens on port 8: ssh's exit code, and the runner's
+		// word on why, reach the user.
+		out, errOut, err := kubectlResult(t.Context(), "", sshArgs("8")...)
+		t.Logf("kubectl vm %s:\n%s", strings.Join(sshArgs("8"), " "), errOut)
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit)
+		require.Equal(t, 255, exit.ExitCode(), "ssh's exit code")
+		require.Empty(t, out)
+		require.Contains(t, errOut, "error: echo: guest port 8: the connection was closed before the guest sent anything")
 	})
 
 	t.Run("the rights README names", func(t *testing.T) {
 		// get on the VM (virtualmachines, or its StatefulSet in GitOps
-		// mode) and its pod, create on pods/exec: nothing more.
+		// mode) and its pod, get and create on pods/exec: nothing more.
 		rules := []rbacv1.PolicyRule{
 			{APIGroups: []string{v1.Group}, Resources: []string{v1.Resource}, Verbs: []string{"get"}},
 			{APIGroups: []string{"apps"}, Resources: []string{"statefulsets"}, Verbs: []string{"get"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
-			{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}},
+			// get: the WebSocket upgrade is a GET; create: SPDY's POST.
+			{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"get", "create"}},
 		}
 		forwarder := serviceAccountWith(t, ns, "forwarder", rules)
 		out, errOut, err := kubectlResult(t.Context(), "least rights\n", "vm", "port-forward", "--as", forwarder, "--stdio", "7", "-n", ns, vm)

@@ -117,7 +117,7 @@ With --stdio GUEST, stdin and stdout are the connection, once: for ssh's
 ProxyCommand (kubectl vm ssh uses it).
 
 Needs the rights to get the VM (virtualmachines, statefulsets), to get
-pods and to create pods/exec in its namespace.`,
+pods and to get and create pods/exec in its namespace.`,
 		Example: fmt.Sprintf(`  # The guest's port 80 on local port 8080, until Ctrl-C
   %[1]s port-forward test-vm 8080:80
 

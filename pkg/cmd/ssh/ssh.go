@@ -79,7 +79,7 @@ given, so that "Host vm.*" blocks of ~/.ssh/config match. The command
 exits with ssh's exit code (the remote command's, or 255).
 
 Needs what port-forward needs: get on the VM (virtualmachines,
-statefulsets) and pods, create on pods/exec.`,
+statefulsets) and pods, get and create on pods/exec.`,
 		Example: fmt.Sprintf(`  # Log in as debian
   %[1]s ssh debian@test-vm
 
