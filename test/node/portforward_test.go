@@ -179,13 +179,13 @@ func TestGuestPorts(t *testing.T) {
 		}, time.Minute, 100*time.Millisecond, "ssh's banner from the guest; stderr:\n%s", stderr.String())
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // kubectl-vm, ssh and its ProxyCommand
 		_ = cmd.Wait()
-		t.Logf("kubectl vm %s:\n%s", strings.Join(sshArgs("7"), " "), stderr.String())
+		t.Logf("kubectl %s:\n%s", strings.Join(sshArgs("7"), " "), stderr.String())
 		require.Regexp(t, `debug1: Executing proxy command: exec \S+/kubectl-vm port-forward --stdio 7 echo -n ports`, stderr.String())
 
 		// Nothing listens on port 8: ssh's exit code, and the runner's
 		// word on why, reach the user.
 		out, errOut, err := kubectlResult(t.Context(), "", sshArgs("8")...)
-		t.Logf("kubectl vm %s:\n%s", strings.Join(sshArgs("8"), " "), errOut)
+		t.Logf("kubectl %s:\n%s", strings.Join(sshArgs("8"), " "), errOut)
 		var exit *exec.ExitError
 		require.ErrorAs(t, err, &exit)
 		require.Equal(t, 255, exit.ExitCode(), "ssh's exit code")
