@@ -162,7 +162,7 @@ func TestDebianBIOS(t *testing.T) {
 		require.ErrorAs(t, err, &exit)
 		require.Equal(t, 3, exit.ExitCode())
 		_, err = g.ssh(clientKey, "root", "true")
-		require.ErrorContains(t, err, "Permission denied (publickey)")
+		require.ErrorContains(t, err, "root@deb-bios: Permission denied (publickey")
 	})
 
 	t.Run("CPUs change live", func(t *testing.T) {
