@@ -84,6 +84,11 @@ func TestClusterCompletionThroughKubectl(t *testing.T) {
 	require.Equal(t, []string{"db", "web"}, completions(t, env, "vm", "logs", "-n", "vms", ""))
 	require.Equal(t, []string{"web"}, completions(t, env, "vm", "console", "--serial", "-n", "vms", "w"))
 	require.Empty(t, completions(t, env, "vm", "status", ""), "namespace default has no VMs")
+	// ssh completes the name after USER@; port-forward the name only.
+	require.Equal(t, []string{"debian@db", "debian@web"}, completions(t, env, "vm", "ssh", "-n", "vms", "debian@"))
+	require.Equal(t, []string{"db"}, completions(t, env, "vm", "ssh", "-n", "vms", "d"))
+	require.Equal(t, []string{"db", "web"}, completions(t, env, "vm", "port-forward", "-n", "vms", ""))
+	require.Empty(t, completions(t, env, "vm", "port-forward", "-n", "vms", "web", ""), "ports are no VM names")
 	require.Subset(t, completions(t, env, "vm", "status", "-n", ""), []string{"default", "kube-system", "vms"})
 	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
 	require.NoError(t, err)

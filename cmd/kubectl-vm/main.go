@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/vmop/vmop/pkg/cmd/render"
+	"github.com/vmop/vmop/pkg/cmd/ssh"
 	"github.com/vmop/vmop/pkg/cmd/vm"
 )
 
@@ -35,6 +37,10 @@ func main() {
 		streams.In = in
 	}
 	if err := vm.NewCmd(vm.DisplayName(os.Args[0]), streams).Execute(); err != nil {
+		// ssh has told why it ended: its code is the answer.
+		if exit := (*ssh.ExitError)(nil); errors.As(err, &exit) {
+			os.Exit(exit.Code)
+		}
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		os.Exit(1)
 	}

@@ -27,8 +27,13 @@ func main() {
 
 func run() int {
 	args := os.Args[1:]
-	if len(args) > 0 && args[0] == "serial" {
-		return serial(args[1:])
+	if len(args) > 0 {
+		switch args[0] {
+		case "serial":
+			return serial(args[1:])
+		case "connect":
+			return connect(args[1:])
+		}
 	}
 	sub := ""
 	if len(args) > 0 && (args[0] == "probe" || args[0] == "check") {
@@ -37,6 +42,8 @@ func run() int {
 	flags := pflag.NewFlagSet("vm-runner", pflag.ContinueOnError)
 	flags.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: vm-runner [-c config.yaml] [flags]\n"+
+			"       vm-runner serial [--follow | --attach] [-c config.yaml]   (the guest's serial console)\n"+
+			"       vm-runner connect --port PORT [-c config.yaml]   (copy stdin/stdout to a TCP port of the running guest)\n"+
 			"       vm-runner probe [-c config.yaml]   (exit 0 while the VM runs)\n"+
 			"       vm-runner check [-c config.yaml]   (start qemu paused with the config, apply it, quit: exit 0 when qemu accepts the VM)\n\nFlags:\n%s", flags.FlagUsages())
 	}

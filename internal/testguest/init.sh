@@ -53,6 +53,17 @@ case " $(cat /proc/cmdline) " in
 *" testguest.agent=deaf "*) agent deaf & ;;
 esac
 
+# A TCP echo service on port 7 (the echo protocol's) for port forward
+# tests, on the NIC of qemu's user network when the VM has one: the guest
+# takes the address that slirp's DHCP server would hand out first and
+# that its host forwards connect to.
+if [ -e /sys/class/net/eth0 ]; then
+	ip addr add 10.0.2.15/24 dev eth0
+	ip link set eth0 up
+	nc -ll -p 7 -e cat &
+	echo "TESTGUEST ECHO 7"
+fi
+
 lock_cd() {
 	until [ -e /dev/sr0 ]; do sleep 0.1; done
 	exec 4</dev/sr0

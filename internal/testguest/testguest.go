@@ -70,6 +70,14 @@ const DeafAgent = "testguest.agent=deaf"
 // AgentLine is printed once the stand-in agent has opened its port.
 const AgentLine = "TESTGUEST AGENT"
 
+// EchoPort is the guest's TCP echo service, on its NIC of qemu's user
+// network when the VM has one (at 10.0.2.15/24, where slirp's host
+// forwards connect to). The guest prints EchoLine once it listens.
+const EchoPort = 7
+
+// EchoLine is printed once the echo service listens.
+const EchoLine = "TESTGUEST ECHO 7"
+
 // LockCD returns the kernel parameter that makes the guest hold its CD
 // drive open (Linux then locks the tray) and release it after the given
 // seconds. The guest prints CDLockedLine and CDReleasedLine. (Debian's
@@ -126,6 +134,8 @@ var modules = []string{
 var applets = []string{
 	"sh", "acpid", "cat", "dd", "dmesg", "grep", "insmod", "ls", "lsmod",
 	"mkdir", "mount", "poweroff", "ps", "reboot", "sleep", "sync", "umount",
+	// The echo service (EchoPort).
+	"ip", "nc",
 }
 
 var (

@@ -441,7 +441,7 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 				r.guest.start(ctx, r)
 			} else {
 				r.guest.stop()
-				r.status.Guest = guestagent.Info{}
+				r.setGuest(guestagent.Info{})
 			}
 			r.report(ctx)
 		}

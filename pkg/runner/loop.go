@@ -141,7 +141,7 @@ func (r *Runner) loop(ctx context.Context) error {
 				r.event(bg, Event{Reason: ReasonBooted, Action: actionBoot, Message: bootedMessage(a.info, a.told)})
 			}
 			if a.told && !reflect.DeepEqual(a.info, r.status.Guest) {
-				r.status.Guest = a.info
+				r.setGuest(a.info)
 				r.report(bg)
 			}
 		case <-reload.C:
@@ -170,7 +170,7 @@ func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced bool, stop
 	r.status.Running = false
 	r.status.Booted = false
 	r.guest.stop()
-	r.status.Guest = guestagent.Info{}
+	r.setGuest(guestagent.Info{})
 	r.status.ConsoleClient = ""
 	r.report(ctx)
 	err := exitFor(r.qemu, guestShutdown, forced)

@@ -14,11 +14,13 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
 
-// probeSocket is where the runner answers readiness checks: a unix
+// probeSocket is where the runner answers readiness checks (vm-runner
+// probe) and connections to the guest's ports (vm-runner connect): a unix
 // socket, so nothing is exposed on the (often host) network.
 func probeSocket(runtimeDir string) string { return filepath.Join(runtimeDir, "runner.sock") }
 
-// serveProbe answers GET /readyz with 200 while the VM runs.
+// serveProbe answers GET /readyz with 200 while the VM runs, and POST
+// /connect (see serveConnect).
 func (r *Runner) serveProbe() (stop func(), err error) {
 	sock := probeSocket(r.runtimeDir)
 	_ = os.Remove(sock)
@@ -34,6 +36,7 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 		}
 		io.WriteString(w, "ok\n")
 	})
+	mux.HandleFunc("POST /connect", r.serveConnect)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Second}
 	go func() { _ = srv.Serve(l) }()
 	return func() { _ = srv.Close() }, nil
@@ -42,17 +45,10 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 // Probe asks the runner of the VM configured in configFile whether its VM
 // runs: the readiness check of the pod (vm-runner probe).
 func Probe(ctx context.Context, configFile string) error {
-	c, err := runnerconfig.Load(configFile)
+	client, sock, err := probeClient(configFile)
 	if err != nil {
 		return err
 	}
-	sock := probeSocket(RuntimeDir(c))
-	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-	}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://runner/readyz", nil)
 	if err != nil {
 		return err
@@ -67,4 +63,22 @@ func Probe(ctx context.Context, configFile string) error {
 		return errors.New(string(body))
 	}
 	return nil
+}
+
+// probeClient is an HTTP client of the runner of the VM configured in
+// configFile, and its socket. One connection per request: a request to
+// /connect lasts as long as its connection.
+func probeClient(configFile string) (*http.Client, string, error) {
+	c, err := runnerconfig.Load(configFile)
+	if err != nil {
+		return nil, "", err
+	}
+	sock := probeSocket(RuntimeDir(c))
+	return &http.Client{Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}, sock, nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmop/vmop/pkg/cloudinit"
+	"github.com/vmop/vmop/pkg/guestagent"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/runnerexit"
@@ -73,6 +74,9 @@ type Runner struct {
 	guest       *guestWatch
 	// ready is read by the probe server while the loop runs.
 	ready atomic.Bool
+	// guestInfo is status.Guest for the control server's connections.
+	guestInfo atomic.Pointer[guestagent.Info]
+	forwards  forwards
 }
 
 // New loads the config. An invalid config is an *ExitError with

@@ -27,9 +27,11 @@ import (
 	"github.com/vmop/vmop/pkg/cmd/install"
 	"github.com/vmop/vmop/pkg/cmd/list"
 	"github.com/vmop/vmop/pkg/cmd/logs"
+	"github.com/vmop/vmop/pkg/cmd/portforward"
 	"github.com/vmop/vmop/pkg/cmd/render"
 	"github.com/vmop/vmop/pkg/cmd/reset"
 	"github.com/vmop/vmop/pkg/cmd/set"
+	"github.com/vmop/vmop/pkg/cmd/ssh"
 	"github.com/vmop/vmop/pkg/cmd/state"
 	"github.com/vmop/vmop/pkg/cmd/status"
 	"github.com/vmop/vmop/pkg/cmd/uninstall"
@@ -107,6 +109,8 @@ kustomize/kpt KRM function that renders the VirtualMachines of the list.`,
 	cmd.AddCommand(cdrom.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(console.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(logs.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(portforward.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(ssh.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(completion.NewCmd(name, streams))
 	cmd.AddCommand(newVersionCmd(name, configFlags, streams))
 	return cmd
