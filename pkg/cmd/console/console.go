@@ -101,7 +101,8 @@ runner's console socket. pods/exec, not pods/portforward or pods/attach,
 because Kubernetes' standard "edit" and "admin" roles grant it, it passes
 API server proxies that carry kubectl exec, and the runner can say in
 plain words why it cannot attach. It needs: get on the VirtualMachine (or,
-in GitOps mode, the StatefulSet), get on pods, and create on pods/exec.`,
+in GitOps mode, the StatefulSet), get on pods, and get and create on
+pods/exec (WebSocket, SPDY).`,
 		Example: fmt.Sprintf(`  # Open the display of a running VM
   %[1]s console test-vm
 

@@ -50,7 +50,7 @@ kept even without podLog); pods/exec rather than pods/portforward or
 pods/attach, because Kubernetes' standard "edit" and "admin" roles grant
 it and it passes API server proxies that carry kubectl exec. It needs: get
 on the VirtualMachine (or, in GitOps mode, the StatefulSet), get on pods,
-and create on pods/exec.`,
+and get and create on pods/exec (WebSocket, SPDY).`,
 		Example: fmt.Sprintf(`  # What the guest wrote since it booted (the last 128-256 KiB)
   %[1]s logs test-vm
 
