@@ -118,6 +118,8 @@ func (n *Node) createPV(ctx context.Context, v Volume, class string, mode corev1
 }
 
 // writeSparse makes file size bytes long, starting with content's bytes.
+// Blocks of zeros stay holes, so that a disk image of gigabytes (the
+// Debian guest's) costs the node what it holds.
 func writeSparse(file, content string, size int64) error {
 	f, err := os.Create(file)
 	if err != nil {
@@ -130,14 +132,36 @@ func writeSparse(file, content string, size int64) error {
 			return err
 		}
 		defer src.Close()
-		if _, err := io.Copy(f, src); err != nil {
-			return err
+		buf := make([]byte, 1<<20)
+		for off := int64(0); ; {
+			n, err := io.ReadFull(src, buf)
+			if n > 0 && !zeros(buf[:n]) {
+				if _, err := f.WriteAt(buf[:n], off); err != nil {
+					return err
+				}
+			}
+			off += int64(n)
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 	if err := f.Truncate(size); err != nil {
 		return err
 	}
 	return f.Close()
+}
+
+func zeros(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // detachLoops detaches the node's loop devices and those the kubelet made

@@ -1,0 +1,111 @@
+package node
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/vmop/vmop/internal/debianguest"
+	"github.com/vmop/vmop/internal/eventually"
+	"github.com/vmop/vmop/internal/testnode"
+	"github.com/vmop/vmop/pkg/install"
+)
+
+// TestDebianServer is a server user's way in operator mode, with the
+// rights of the vm-user role alone: kubectl vm create writes a VM with an
+// SSH key, its pod boots the real Debian guest from a Block disk, the
+// serial console shows the guest's login prompt and answers what is typed,
+// and kubectl vm ssh runs commands in the guest with the user's own ssh,
+// through the API server, pods/exec and the runner's forward on qemu's user
+// network to the guest's sshd.
+func TestDebianServer(t *testing.T) {
+	const ns, vm = "server", "deb"
+	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	createNamespace(t, ns)
+	// What README tells an administrator to run for a VM user.
+	kubectl(t, "", "create", "serviceaccount", "-n", ns, "alice")
+	kubectl(t, "", "create", "rolebinding", "alice", "-n", ns, "--clusterrole", install.UserClusterRole, "--serviceaccount", ns+":alice")
+	as := "system:serviceaccount:" + ns + ":alice"
+	alice := func(t testing.TB, args ...string) string {
+		t.Helper()
+		return kubectl(t, "", append([]string{"vm", "--as", as, "-n", ns}, args...)...)
+	}
+
+	image := debianguest.Image(t)
+	fi, err := os.Stat(image)
+	require.NoError(t, err)
+	require.NoError(t, node.AddBlockVolume(t.Context(), testnode.Volume{
+		Name: ns + "-" + vm, Size: *resource.NewQuantity(fi.Size(), resource.BinarySI), Content: image,
+	}))
+	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{Name: ns + "-" + vm + "-data", Size: resource.MustParse("16Mi")}))
+
+	home := t.TempDir()
+	key := filepath.Join(home, "id_ed25519")
+	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice@vmop-test", "-f", key).CombinedOutput()
+	require.NoError(t, err, "ssh-keygen: %s", out)
+
+	// The disk's size finds the volume: no other volume of the node is as
+	// large.
+	created := alice(t, "create", vm, "--cpus", "1", "--ram", "1Gi", "--disk", fmt.Sprintf("%d,%s", fi.Size(), testnode.StorageClassBlock),
+		"--ssh-key", key+".pub", "--running")
+	require.Equal(t, "virtualmachine.vmoperator.jdrupes.org/"+vm+" created\n", created)
+	start := time.Now()
+	prompt := vm + " login:"
+	waitConsole(t, ns, vm, prompt, 5*time.Minute)
+	t.Logf("the guest's login prompt on its serial console %.0f s after kubectl vm create", time.Since(start).Seconds())
+
+	t.Run("serial console", func(t *testing.T) {
+		logs := alice(t, "logs", vm)
+		require.Contains(t, logs, "Debian GNU/Linux")
+		require.Contains(t, logs, prompt)
+		term := attachSerial(t, ns, vm, "--as", as)
+		term.write(t, "debian\r")
+		term.wait(t, "Password:")
+		// A login that fails brings the prompt back.
+		term.write(t, "wrong\r")
+		term.wait(t, "Login incorrect")
+		term.leave(t)
+		t.Logf("kubectl vm console --serial under a terminal:\n%s", term.screen.String())
+	})
+
+	t.Run("ssh", func(t *testing.T) {
+		ssh := func(command string) []string {
+			return []string{"vm", "ssh", "--as", as, "-n", ns, "-i", key, "-o", "BatchMode=yes",
+				"-o", "StrictHostKeyChecking=accept-new", "-o", "UserKnownHostsFile=" + filepath.Join(home, "known_hosts"),
+				"debian@" + vm, "--", command}
+		}
+		// sshd answers once cloud-init has made its host keys and given
+		// the default user the key.
+		var out string
+		eventually.Within(t, 4*time.Minute, func() string {
+			o, errOut, err := kubectlResult(t.Context(), "", ssh("hostname; id -un")...)
+			if err != nil {
+				return fmt.Sprintf("kubectl vm ssh: %v: %s", err, errOut)
+			}
+			out = o
+			return ""
+		})
+		t.Logf("kubectl vm ssh -i KEY debian@%s -- 'hostname; id -un' %.0f s after kubectl vm create:\n%s", vm, time.Since(start).Seconds(), out)
+		require.Equal(t, vm+"\ndebian\n", out)
+		// Debian's ssh hashes known_hosts: ssh-keygen finds the name.
+		found, err := exec.Command("ssh-keygen", "-F", "vm."+vm+"."+ns, "-f", filepath.Join(home, "known_hosts")).CombinedOutput()
+		require.NoError(t, err, "known_hosts has no key of vm.%s.%s: %s", vm, ns, found)
+
+		_, _, err = kubectlResult(t.Context(), "", ssh("exit 3")...)
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit)
+		require.Equal(t, 3, exit.ExitCode(), "the remote command's exit code")
+	})
+
+	start = time.Now()
+	alice(t, "stop", vm, "--wait", "--timeout", "3m")
+	t.Logf("kubectl vm stop --wait: %.1f s", time.Since(start).Seconds())
+	requireEvents(t, ns, "vm/"+vm, "ShutdownCompleted", "after it was asked to")
+	deleteVM(t, ns, vm)
+}
