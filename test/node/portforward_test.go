@@ -148,6 +148,7 @@ func TestGuestPorts(t *testing.T) {
 		require.Eventually(t, func() bool { return strings.Contains(stderr.String(), want) }, 10*time.Second, 100*time.Millisecond,
 			"stderr: %s", stderr.String())
 		echo(b, "port 8 did not disturb port 7\n")
+		require.NotContains(t, stderr.String(), "UnhandledError", "client-go's noise about streams of closed connections")
 	})
 
 	t.Run("stdio", func(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
@@ -219,6 +220,10 @@ func (o *Options) Run(ctx context.Context) error {
 	if o.Stdio != 0 {
 		return o.forward(ctx, pod, o.Stdio, o.In, o.Out)
 	}
+	// serve reports how each connection ended; client-go's log of the
+	// streams it was still copying when one closed ("Copying stdin
+	// failed") only repeats that in worse words.
+	utilruntime.ErrorHandlers = nil
 	// Ctrl-C ends the forwarding, and the connections with it.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
