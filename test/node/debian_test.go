@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,8 @@ func TestDebianServer(t *testing.T) {
 		logs := alice(t, "logs", vm)
 		require.Contains(t, logs, "Debian GNU/Linux")
 		require.Contains(t, logs, prompt)
+		lines := strings.Split(strings.TrimRight(logs, "\n"), "\n")
+		t.Logf("kubectl vm logs %s, the last lines:\n%s", vm, strings.Join(lines[max(0, len(lines)-6):], "\n"))
 		term := attachSerial(t, ns, vm, "--as", as)
 		term.write(t, "debian\r")
 		term.wait(t, "Password:")
