@@ -231,11 +231,14 @@ func (r *Reporter) Stop(ctx context.Context) error {
 		defer cancel()
 	}
 	r.stopOnce.Do(func() { close(r.stopping) })
-	// An expired ctx aborts the requests in flight too.
+	// An expired ctx aborts the requests in flight too. The returns on
+	// ctx.Done cancel themselves: the deferred stop may unregister the
+	// AfterFunc before its goroutine ran.
 	defer context.AfterFunc(ctx, r.cancel)()
 	select {
 	case <-r.eventsDone:
 	case <-ctx.Done():
+		r.cancel()
 		return fmt.Errorf("events of %s/%s: %w", r.namespace, r.name, ctx.Err())
 	}
 	select {
@@ -243,6 +246,7 @@ func (r *Reporter) Stop(ctx context.Context) error {
 		r.cancel()
 		return r.finalErr
 	case <-ctx.Done():
+		r.cancel()
 		return fmt.Errorf("final status of %s/%s: %w", r.namespace, r.name, ctx.Err())
 	}
 }
