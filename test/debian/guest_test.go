@@ -58,9 +58,6 @@ type guest struct {
 	cancel                    context.CancelFunc
 	done                      chan error
 	started                   time.Time
-
-	// clientKey replaces clientKeyPlaceholder in configs (sshClientKey).
-	clientKey string
 }
 
 func newGuest(t *testing.T) *guest {
@@ -94,10 +91,10 @@ func newGuest(t *testing.T) *guest {
 }
 
 // write replaces the config as a ConfigMap volume does: a new file renamed
-// over the old one. DIR, DISK, ISO, SPICEPORT and CLIENTKEY are filled in.
+// over the old one. DIR, DISK, ISO and SPICEPORT are filled in.
 func (g *guest) write(config string) {
 	g.t.Helper()
-	r := strings.NewReplacer("DIR", g.dir, "DISK", g.disk, "ISO", g.iso, "SPICEPORT", fmt.Sprint(g.spicePort), clientKeyPlaceholder, g.clientKey)
+	r := strings.NewReplacer("DIR", g.dir, "DISK", g.disk, "ISO", g.iso, "SPICEPORT", fmt.Sprint(g.spicePort))
 	tmp := g.config + ".tmp"
 	require.NoError(g.t, os.WriteFile(tmp, []byte(r.Replace(config)), 0o644))
 	require.NoError(g.t, os.Rename(tmp, g.config))
