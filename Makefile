@@ -89,10 +89,11 @@ fuzz:
 ## The krew release of VERSION (a tag such as v0.1.0): the plugin's
 ## archives for linux and darwin on amd64 and arm64 in DIST, and the
 ## manifest for them, DIST/vm.yaml, from the template krew/vm.yaml.
+## KREW_PLATFORMS="linux/amd64" builds (and lists) only those.
 DIST ?= dist
 .PHONY: krew
 krew:
-	GO=$(GO) hack/krew-dist.sh $(VERSION) $(DIST)
+	GO=$(GO) KREW_PLATFORMS="$(KREW_PLATFORMS)" hack/krew-dist.sh $(VERSION) $(DIST)
 
 ## Regenerate deep-copy functions after changing pkg/api/v1 types.
 generate:

@@ -6,6 +6,10 @@
 #
 #   hack/krew-dist.sh VERSION [DIST]     (DIST defaults to dist)
 #
+# KREW_PLATFORMS (e.g. "linux/amd64") builds only those platforms of the
+# template, and the manifest lists only them: for trying krew locally
+# without cross-building all four (the tests do, to spare a cold run).
+#
 # VERSION must be a semantic version with a leading v (krew requires it),
 # the tag of the GitHub release that will hold the archives. Archives are
 # reproducible (GNU tar): the same source, Go and VERSION give the same
@@ -32,7 +36,8 @@ entries=$(printf '{from: %s, to: .}, ' "${files[@]}")
 manifest=$(sed -n '/^apiVersion:/,$p' "$root/krew/vm.yaml") # without the template's comment
 manifest=${manifest//'${VERSION}'/$version}
 manifest=${manifest//'${FILES}'/[${entries%, }]}
-for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
+platforms=${KREW_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}
+for platform in $platforms; do
 	os=${platform%/*} arch=${platform#*/}
 	archive=kubectl-vm_${os}_${arch}.tar.gz
 	mkdir "$work/$os-$arch"
@@ -48,6 +53,19 @@ for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
 	manifest=${manifest//"\${SHA256_${os}_${arch}}"/$sum}
 	echo "$dist/$archive $sum"
 done
+if [[ -n ${KREW_PLATFORMS:-} ]]; then
+	# Drop the template's platforms that were not built: each is a list
+	# item from "  - selector:" to the next.
+	manifest=$(awk -v built="$platforms" '
+		BEGIN { n = split(built, b, " "); for (i = 1; i <= n; i++) { sub("/", "_", b[i]); keep["kubectl-vm_" b[i] ".tar.gz"] = 1 } }
+		/^  - selector:/ { flush(); inItem = 1 }
+		inItem && /^  [a-z]/ { flush(); inItem = 0 }
+		inItem { item = item $0 "\n"; if (match($0, /kubectl-vm_[a-z0-9_]+\.tar\.gz/)) name = substr($0, RSTART, RLENGTH); next }
+		{ print }
+		END { flush() }
+		function flush() { if (item != "" && (name in keep)) printf "%s", item; item = ""; name = "" }
+	' <<<"$manifest")
+fi
 if grep -n '\${' <<<"$manifest" >&2; then
 	echo "$0: krew/vm.yaml has placeholders that no build filled in (above)" >&2
 	exit 1
