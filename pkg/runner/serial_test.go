@@ -10,12 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vmop/vmop/internal/syncbuffer"
 	"github.com/vmop/vmop/internal/testguest"
 	"github.com/vmop/vmop/pkg/serialconsole"
 )
@@ -70,7 +70,7 @@ func TestGuestSerialConsole(t *testing.T) {
 	cmd := exec.CommandContext(ctx, vmRunner, "serial", "-c", v.config, "--attach", "--who", "pipe")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	var stdout syncBuffer
+	var stdout syncbuffer.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stdout
 	require.NoError(t, cmd.Start())
 	_, err = io.WriteString(stdin, "ping piped\r")
@@ -111,22 +111,4 @@ func readUntil(t *testing.T, r net.Conn, want string) string {
 	}
 	require.NoError(t, r.SetReadDeadline(time.Time{}))
 	return string(got)
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package runnerstatus
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/vmop/vmop/internal/syncbuffer"
 	"github.com/vmop/vmop/internal/testcluster"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/guestagent"
@@ -676,22 +676,7 @@ func (c *requestCounts) snapshot() map[string]int {
 }
 
 // logBuffer collects log output from the reporter's goroutine.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ syncbuffer.Buffer }
 
 func (b *logBuffer) count(s string) int { return strings.Count(b.String(), s) }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vmop/vmop/internal/syncbuffer"
 	"github.com/vmop/vmop/pkg/serialconsole"
 )
 
@@ -145,7 +146,7 @@ func TestSlowFollowerDoesNotBlock(t *testing.T) {
 	require.NoError(t, err)
 	fast, err := c.dial(t, serialconsole.ModeFollow, "")
 	require.NoError(t, err)
-	var fastGot syncBuffer
+	var fastGot syncbuffer.Buffer
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = io.Copy(&fastGot, fast) })
 
@@ -228,32 +229,8 @@ func TestKeptOutputRotates(t *testing.T) {
 	require.Equal(t, want, string(files))
 }
 
-// syncBuffer is a bytes.Buffer safe to read while the console writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestPodLog(t *testing.T) {
-	var out syncBuffer
+	var out syncbuffer.Buffer
 	c := newConsole(t, serialconsole.Options{PodLog: &out, PodLogPrefix: "[serial] "})
 	c.write(t, "not copied\r\n")
 	waitHistory(t, c, "not copied\r\n")

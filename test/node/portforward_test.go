@@ -2,7 +2,6 @@ package node
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vmop/vmop/internal/syncbuffer"
 	"github.com/vmop/vmop/internal/testguest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
@@ -35,25 +34,6 @@ func portsVM(vm, ns string) string {
 	m = strings.Replace(m, "state: Stopped", "state: Running", 1)
 	m = strings.Replace(m, "    - cdrom:\n        image: \"\"\n", "", 1)
 	return strings.Replace(m, "    disks:\n", "    networks:\n    - user: {}\n    disks:\n", 1)
-}
-
-// lockedBuffer is a bytes.Buffer for a process's output read while it
-// runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestGuestPorts reaches the test guest's echo service with kubectl vm
@@ -78,7 +58,7 @@ func TestGuestPorts(t *testing.T) {
 
 	t.Run("local ports", func(t *testing.T) {
 		cmd := kubectlCmd(t.Context(), "vm", "port-forward", "-n", ns, vm, ":7", "0:8")
-		var stderr lockedBuffer
+		var stderr syncbuffer.Buffer
 		cmd.Stderr = &stderr
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
@@ -171,7 +151,7 @@ func TestGuestPorts(t *testing.T) {
 				"-o", "UserKnownHostsFile=" + filepath.Join(home, "known_hosts"), "-o", "LogLevel=DEBUG1", "tester@" + vm, "--", "true"}
 		}
 		cmd := kubectlCmd(t.Context(), sshArgs("7")...)
-		var stderr lockedBuffer
+		var stderr syncbuffer.Buffer
 		cmd.Stderr = &stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		require.NoError(t, cmd.Start())

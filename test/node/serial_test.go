@@ -1,13 +1,11 @@
 package node
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/ptytest"
+	"github.com/vmop/vmop/internal/syncbuffer"
 	"github.com/vmop/vmop/internal/testguest"
 	"github.com/vmop/vmop/pkg/serialconsole"
 )
@@ -45,7 +44,7 @@ func serialConsole(t *testing.T, ns, vm string) {
 
 	t.Run("logs follow", func(t *testing.T) {
 		follow := kubectlCmd(t.Context(), "vm", "logs", "-f", "-n", ns, vm)
-		var out syncBuffer
+		var out syncbuffer.Buffer
 		follow.Stdout, follow.Stderr = &out, &out
 		require.NoError(t, follow.Start())
 		// Resized while attached: the session goes on.
@@ -84,7 +83,7 @@ func serialConsole(t *testing.T, ns, vm string) {
 // as in a terminal emulator.
 type serialTerminal struct {
 	pty    *os.File
-	screen syncBuffer
+	screen syncbuffer.Buffer
 	exited chan error
 }
 
@@ -143,22 +142,4 @@ func (s *serialTerminal) leave(t testing.TB) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("kubectl vm console --serial did not end after Ctrl-]; the terminal shows:\n%q", s.screen.String())
 	}
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
