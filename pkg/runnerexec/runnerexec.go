@@ -45,6 +45,20 @@ type ExitError struct {
 
 func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
+// Running finds the VM called name and its pod, which RunningPod must
+// find running: what every command that execs into the runner starts with.
+func Running(ctx context.Context, c *vmclient.Client, name string) (*vmclient.VM, *corev1.Pod, error) {
+	vm, err := c.Get(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	pod, err := RunningPod(ctx, c, vm)
+	if err != nil {
+		return nil, nil, err
+	}
+	return vm, pod, nil
+}
+
 // RunningPod returns the VM's pod when its runner container runs, else
 // an error that says what the pod is doing instead.
 func RunningPod(ctx context.Context, c *vmclient.Client, vm *vmclient.VM) (*corev1.Pod, error) {

@@ -22,12 +22,7 @@ import (
 // runSerial attaches the local terminal to the VM's serial console: vm-runner
 // serial --attach in the VM's pod, through pods/exec.
 func (o *Options) runSerial(ctx context.Context) error {
-	c := o.client
-	vm, err := c.Get(ctx, o.Name)
-	if err != nil {
-		return err
-	}
-	pod, err := runnerexec.RunningPod(ctx, c, vm)
+	vm, pod, err := runnerexec.Running(ctx, o.client, o.Name)
 	if err != nil {
 		return err
 	}
@@ -58,7 +53,7 @@ func (o *Options) runSerial(ctx context.Context) error {
 		fmt.Fprintf(o.ErrOut, "Connected to the serial console of vm %s/%s; Ctrl-] to leave%s", vm.Namespace, vm.Name, eol)
 	}}
 	streams.Stdout, streams.Stderr = out, out
-	err = runnerexec.Exec(ctx, c.Config, pod, serialconsole.Command(serialconsole.ModeAttach, who()), streams)
+	err = runnerexec.Exec(ctx, o.client.Config, pod, serialconsole.Command(serialconsole.ModeAttach, who()), streams)
 	if before, attached := out.result(); !attached {
 		if before != "" {
 			return fmt.Errorf("vm %s/%s: %w", vm.Namespace, vm.Name, serialconsole.CommandError(before))

@@ -87,12 +87,7 @@ func (o *Options) Validate() error { return nil }
 func (o *Options) Run(ctx context.Context) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
-	c := o.client
-	vm, err := c.Get(ctx, o.Name)
-	if err != nil {
-		return err
-	}
-	pod, err := runnerexec.RunningPod(ctx, c, vm)
+	vm, pod, err := runnerexec.Running(ctx, o.client, o.Name)
 	if err != nil {
 		return err
 	}
@@ -106,7 +101,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	var stderr limitedBuffer
 	streams.Stderr = &stderr
-	err = runnerexec.Exec(ctx, c.Config, pod, serialconsole.Command(mode, ""), streams)
+	err = runnerexec.Exec(ctx, o.client.Config, pod, serialconsole.Command(mode, ""), streams)
 	switch {
 	case ctx.Err() != nil: // Ctrl-C ends --follow
 		return nil

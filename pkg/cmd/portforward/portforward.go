@@ -209,11 +209,7 @@ func (o *Options) Validate() error {
 
 // Run finds the VM's running pod and forwards.
 func (o *Options) Run(ctx context.Context) error {
-	vm, err := o.client.Get(ctx, o.Name)
-	if err != nil {
-		return err
-	}
-	pod, err := runnerexec.RunningPod(ctx, o.client, vm)
+	_, pod, err := runnerexec.Running(ctx, o.client, o.Name)
 	if err != nil {
 		return err
 	}

@@ -193,11 +193,8 @@ func (o *Options) Validate() error {
 func (o *Options) Run(ctx context.Context) error {
 	// Found before ssh starts: ssh would only say that the connection
 	// closed.
-	vm, err := o.client.Get(ctx, o.Name)
+	_, _, err := runnerexec.Running(ctx, o.client, o.Name)
 	if err != nil {
-		return err
-	}
-	if _, err := runnerexec.RunningPod(ctx, o.client, vm); err != nil {
 		return err
 	}
 	ssh := exec.CommandContext(ctx, o.ssh, o.sshArgs()...)
