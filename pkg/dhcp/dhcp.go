@@ -37,19 +37,33 @@ type Lease struct {
 	Duration time.Duration    // lease time (option 51), renewal T1/T2 as usual
 }
 
-// Serve answers DHCPDISCOVER with OFFER and DHCPREQUEST with ACK (NAK for
-// a request of another address) for lease.MAC on interface iface until ctx
-// ends. It returns an error at once when the lease is invalid or it cannot
-// listen, and nil when ctx ends.
-func Serve(ctx context.Context, iface string, lease Lease, log *slog.Logger) error {
+// Server answers one guest's DHCP requests on one interface.
+type Server struct {
+	s     *server
+	conn  *net.UDPConn
+	iface string
+	lease Lease
+}
+
+// Listen checks lease and opens port 67 on iface, so that a caller learns
+// of a bad lease or a missing privilege before it goes on.
+func Listen(ctx context.Context, iface string, lease Lease) (*Server, error) {
 	s, err := newServer(lease)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn, err := listen(ctx, iface)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return &Server{s: s, conn: conn, iface: iface, lease: lease}, nil
+}
+
+// Serve answers DHCPDISCOVER with OFFER and DHCPREQUEST with ACK (NAK for
+// a request of another address) for the lease's MAC until ctx ends, then
+// closes the server and returns nil.
+func (srv *Server) Serve(ctx context.Context, log *slog.Logger) error {
+	s, conn, iface, lease := srv.s, srv.conn, srv.iface, srv.lease
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()

@@ -137,7 +137,7 @@ func TestLeaseInvalid(t *testing.T) {
 			_, _, err := l.options()
 			require.ErrorContains(t, err, tc.want)
 			// Serve refuses it before listening.
-			err = Serve(context.Background(), "lo", l, slog.New(slog.DiscardHandler))
+			err = listenAndServe(context.Background(), "lo", l, slog.New(slog.DiscardHandler))
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
@@ -309,7 +309,7 @@ func TestHandle(t *testing.T) {
 }
 
 func TestServeNoInterface(t *testing.T) {
-	err := Serve(context.Background(), "vmopd-none", testLease(), slog.New(slog.DiscardHandler))
+	err := listenAndServe(context.Background(), "vmopd-none", testLease(), slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, err, "dhcp: vmopd-none: ")
 	if os.Geteuid() == 0 {
 		require.ErrorContains(t, err, "SO_BINDTODEVICE: no such device")
@@ -320,7 +320,7 @@ func TestServeNoInterface(t *testing.T) {
 // this test binary that nobody may run.
 func TestServeWithoutPrivileges(t *testing.T) {
 	if os.Getenv("VMOP_DHCP_UNPRIVILEGED") == "1" {
-		err := Serve(context.Background(), "lo", testLease(), slog.New(slog.DiscardHandler))
+		err := listenAndServe(context.Background(), "lo", testLease(), slog.New(slog.DiscardHandler))
 		fmt.Printf("Serve: %v\n", err)
 		return
 	}
@@ -345,4 +345,13 @@ func TestServeWithoutPrivileges(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "Serve: dhcp: lo: listen udp4 0.0.0.0:67: bind: permission denied (needs CAP_NET_BIND_SERVICE and CAP_NET_RAW)")
+}
+
+// listenAndServe is Listen, then Server.Serve.
+func listenAndServe(ctx context.Context, iface string, lease Lease, log *slog.Logger) error {
+	srv, err := Listen(ctx, iface, lease)
+	if err != nil {
+		return err
+	}
+	return srv.Serve(ctx, log)
 }

@@ -181,7 +181,7 @@ func serve(t *testing.T, iface string, lease Lease) *syncbuffer.Buffer {
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, iface, lease, log) }()
+	go func() { done <- listenAndServe(ctx, iface, lease, log) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

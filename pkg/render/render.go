@@ -58,7 +58,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "9"
+const Version = "10"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -294,6 +294,12 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 			c.VM.Network = append(c.VM.Network, runnerconfig.Network{Type: runnerconfig.NetworkTap, Device: n.Tap.Device, Bridge: n.Tap.Bridge, MAC: n.Tap.MAC})
 		case n.User != nil:
 			c.VM.Network = append(c.VM.Network, runnerconfig.Network{Type: runnerconfig.NetworkUser, Device: n.User.Device, Net: n.User.Net, MAC: n.User.MAC})
+		case n.Pod != nil:
+			rn := runnerconfig.Network{Type: runnerconfig.NetworkPod, Device: n.Pod.Device, Net: n.Pod.Net, MAC: n.Pod.MAC}
+			for _, p := range n.Pod.Ports {
+				rn.Ports = append(rn.Ports, runnerconfig.Port{Port: int(p.Port), Protocol: string(p.Protocol)})
+			}
+			c.VM.Network = append(c.VM.Network, rn)
 		}
 	}
 	for i, d := range v.Disks {
@@ -434,7 +440,9 @@ func (r *renderer) container() corev1.Container {
 		// The runner's last log lines explain a crash in the pod's status,
 		// where the operator reports them.
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		// qemu needs /dev/kvm, tap devices and the raw disks.
+		// qemu needs /dev/kvm, tap devices and the raw disks; a pod
+		// network needs NET_ADMIN and /dev/net/tun in the pod's own
+		// network namespace, and writes its net.ipv4.ip_forward.
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 		// Ready while qemu runs the VM, so that a runner restarted after
 		// a failure counts as failing until its VM runs again, and the

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/vmop/vmop/pkg/podnet"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/serialconsole"
 	"github.com/vmop/vmop/templates"
@@ -41,10 +42,12 @@ type Machine struct {
 	CDROMs   []Drive
 }
 
-// Network is a NIC with its qemu id.
+// Network is a NIC with its qemu id; Tap is the tap device of a pod
+// network, which the runner makes before qemu starts.
 type Network struct {
 	runnerconfig.Network
-	ID string
+	ID  string
+	Tap string
 }
 
 // Drive is a disk or CD drive with its qemu id; CD drives are cd0, cd1...
@@ -88,7 +91,11 @@ func NewMachine(vm *runnerconfig.VM, uuid string, kvm bool, fw Firmware, runtime
 		m.CPUModel = map[bool]string{true: "host", false: "max"}[kvm]
 	}
 	for i, n := range vm.Network {
-		m.Networks = append(m.Networks, Network{Network: n, ID: "net" + strconv.Itoa(i)})
+		nic := Network{Network: n, ID: "net" + strconv.Itoa(i)}
+		if n.Type == runnerconfig.NetworkPod {
+			nic.Tap = podnet.Tap
+		}
+		m.Networks = append(m.Networks, nic)
 	}
 	for i, d := range vm.Drives {
 		switch d.Type {

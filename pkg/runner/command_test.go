@@ -121,3 +121,24 @@ func TestFirmwareVarsOfAnotherBuild(t *testing.T) {
 	require.NoError(t, err, "the VM's own copy is kept")
 	require.Equal(t, vars, got.Vars)
 }
+
+// TestPodNetworkCommand: a pod network's NIC is the tap the runner made,
+// with the MAC its DHCP server answers.
+func TestPodNetworkCommand(t *testing.T) {
+	tmpl, err := LoadTemplate("")
+	require.NoError(t, err)
+	c, err := runnerconfig.Parse([]byte(`"/Runner":
+  vm:
+    name: server
+    network:
+    - type: pod
+    - type: user
+`))
+	require.NoError(t, err)
+	args, err := tmpl.Args(NewMachine(&c.VM, "00000000-0000-4000-8000-000000000001", false, Firmware{}, "/run/vmrunner/server",
+		func(string) bool { return false }))
+	require.NoError(t, err)
+	cmd := strings.Join(args, " ")
+	require.Contains(t, cmd, "-netdev tap,id=net0,ifname=vmtap0,script=no,downscript=no -device virtio-net,netdev=net0,mac=52:54:00:70:6f:64 ")
+	require.True(t, strings.HasSuffix(cmd, "-netdev user,id=net1 -device virtio-net,netdev=net1"), cmd)
+}

@@ -17,7 +17,8 @@ import (
 )
 
 // A guest's TCP port is reached from the runner's network namespace (in
-// a cluster, the pod's): through a host forward of qemu's user network,
+// a cluster, the pod's): on a pod network at the guest's address behind
+// the pod; else through a host forward of qemu's user network,
 // which exists only while a connection needs it, or, for a guest without
 // user networking (tap), at the address its guest agent reports.
 
@@ -179,11 +180,20 @@ var errNoAddress = errors.New("the guest has no user-mode network and its guest 
 // reach returns where guest port guestPort is reached from the runner's
 // network namespace, and what gives that up.
 func (r *Runner) reach(ctx context.Context, guestPort int) (netip.AddrPort, func(), error) {
+	info := r.guestInfo.Load()
+	if pn := r.podNet; pn != nil {
+		// The address the runner's DHCP server gave, unless the guest
+		// reports another one on that NIC.
+		ip := pn.Guest.Addr()
+		if a, ok := guestAddress(info, r.podMAC); ok && a.Is4() {
+			ip = a
+		}
+		return netip.AddrPortFrom(ip, uint16(guestPort)), func() {}, nil
+	}
 	netdevs, err := r.mon.UserNetdevs(ctx)
 	if err != nil {
 		return netip.AddrPort{}, nil, fmt.Errorf("asking qemu for its networks: %w", err)
 	}
-	info := r.guestInfo.Load()
 	if len(netdevs) > 0 {
 		// The guest's address on that network when its agent reports an
 		// IPv4 one (it may have set its own), else the one slirp's DHCP

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/cloudinit"
 	"github.com/vmop/vmop/pkg/guestagent"
+	"github.com/vmop/vmop/pkg/podnet"
 	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/runnerexit"
@@ -77,6 +78,10 @@ type Runner struct {
 	// guestInfo is status.Guest for the control server's connections.
 	guestInfo atomic.Pointer[guestagent.Info]
 	forwards  forwards
+	// podNet is the guest's side of the pod's network, podMAC its NIC's
+	// address; nil without one.
+	podNet *podnet.Network
+	podMAC string
 }
 
 // New loads the config. An invalid config is an *ExitError with
@@ -223,6 +228,9 @@ func (r *Runner) launch(ctx context.Context) error {
 	}
 	r.console.SetPodLog(c.VM.PodLog())
 	m.ConsoleSocket = r.console.GuestPath()
+	if err := r.setUpPodNetwork(ctx); err != nil {
+		return err
+	}
 	args, err := tmpl.Args(m)
 	if err != nil {
 		return err

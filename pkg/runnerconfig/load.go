@@ -2,9 +2,12 @@ package runnerconfig
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -25,6 +28,12 @@ const (
 	DefaultUsbRedirects     = 2
 	DefaultNetDevice        = "virtio-net"
 	DefaultBridge           = "br0"
+	// DefaultPodNet is a pod network's guest side: slirp's, so that a guest
+	// set up for a user network works unchanged.
+	DefaultPodNet = "10.0.2.0/24"
+	// DefaultPodMAC: the runner's DHCP server answers only the guest's
+	// NIC, so it must know its address.
+	DefaultPodMAC = "52:54:00:70:6f:64"
 	// MaxCDROMs: q35's AHCI controller has six ports.
 	MaxCDROMs = 6
 	// MaxCPUs: qemu 7.2's q35 machine takes 288 vCPUs, and x86 guests
@@ -168,8 +177,15 @@ func (c *Config) Default() {
 		if n.Device == "" {
 			n.Device = DefaultNetDevice
 		}
-		if n.Type == NetworkTap && n.Bridge == "" {
+		switch {
+		case n.Type == NetworkTap && n.Bridge == "":
 			n.Bridge = DefaultBridge
+		case n.Type == NetworkPod:
+			n.Net = cmp.Or(n.Net, DefaultPodNet)
+			n.MAC = cmp.Or(n.MAC, DefaultPodMAC)
+			for j := range n.Ports {
+				n.Ports[j].Protocol = cmp.Or(n.Ports[j].Protocol, "TCP")
+			}
 		}
 	}
 	if v.Display != nil {
@@ -236,12 +252,18 @@ func (c *Config) Validate() field.ErrorList {
 	case v.CurrentRAM.Bytes < 1<<20 || (v.MaximumRAM.invalid == "" && v.CurrentRAM.Bytes > v.MaximumRAM.Bytes):
 		errs = append(errs, field.Invalid(p.Child("currentRam"), v.CurrentRAM.Bytes, "must be between 1Mi and maximumRam"))
 	}
+	pods := 0
 	for i, n := range v.Network {
 		np := p.Child("network").Index(i)
 		switch n.Type {
 		case NetworkTap, NetworkUser:
+		case NetworkPod:
+			if pods++; pods > 1 {
+				errs = append(errs, field.Duplicate(np.Child("type"), "only one network may be the pod's"))
+			}
+			errs = append(errs, n.validatePod(np)...)
 		default:
-			errs = append(errs, field.NotSupported(np.Child("type"), n.Type, []string{NetworkTap, NetworkUser}))
+			errs = append(errs, field.NotSupported(np.Child("type"), n.Type, []string{NetworkTap, NetworkUser, NetworkPod}))
 		}
 	}
 	cds := 0
@@ -270,6 +292,29 @@ func (c *Config) Validate() field.ErrorList {
 		}
 		if sp := d.Spice; sp != nil && (sp.Port < 1 || sp.Port > 65535) {
 			errs = append(errs, field.Invalid(p.Child("display", "spice", "port"), sp.Port, "must be between 1 and 65535"))
+		}
+	}
+	return errs
+}
+
+// validatePod checks what the runner needs of a pod network: a guest
+// network with room for the pod's and the guest's addresses, a MAC for its
+// DHCP server, and valid ports.
+func (n *Network) validatePod(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if pfx, err := netip.ParsePrefix(n.Net); err != nil || !pfx.Addr().Is4() || pfx.Bits() < 4 || pfx.Bits() > 27 {
+		errs = append(errs, field.Invalid(p.Child("net"), n.Net, "must be an IPv4 network in CIDR notation with a prefix of 4 to 27 bits, e.g. 10.0.2.0/24"))
+	}
+	if _, err := net.ParseMAC(n.MAC); err != nil {
+		errs = append(errs, field.Invalid(p.Child("mac"), n.MAC, "must be a MAC address such as 52:54:00:12:34:56"))
+	}
+	for i, port := range n.Ports {
+		pp := p.Child("ports").Index(i)
+		if port.Port < 1 || port.Port > 65535 {
+			errs = append(errs, field.Invalid(pp.Child("port"), port.Port, "must be from 1 to 65535"))
+		}
+		if port.Protocol != "TCP" && port.Protocol != "UDP" {
+			errs = append(errs, field.NotSupported(pp.Child("protocol"), port.Protocol, []string{"TCP", "UDP"}))
 		}
 	}
 	return errs

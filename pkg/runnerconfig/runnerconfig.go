@@ -85,19 +85,29 @@ type SerialConsole struct {
 // PodLog tells whether the serial console goes to the pod log.
 func (v *VM) PodLog() bool { return v.SerialConsole != nil && v.SerialConsole.PodLog }
 
-// Network types.
+// Network types. NetworkPod is vmop's: the Java runner has no such type.
 const (
 	NetworkTap  = "tap"
 	NetworkUser = "user"
+	NetworkPod  = "pod"
 )
 
-// Network is one NIC.
+// Network is one NIC. Net is the guest's network of a user or pod one;
+// Ports are the only ports a pod network passes to the guest (all but the
+// pod's own when empty).
 type Network struct {
 	Type   string `json:"type"`
 	Device string `json:"device,omitempty"`
 	Bridge string `json:"bridge,omitempty"`
 	Net    string `json:"net,omitempty"`
 	MAC    string `json:"mac,omitempty"`
+	Ports  []Port `json:"ports,omitempty"`
+}
+
+// Port is a port of the pod that a pod network passes to the guest.
+type Port struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol,omitempty"` // TCP (when empty) or UDP
 }
 
 // Drive types.

@@ -216,6 +216,13 @@ spec:
     pullPolicy: Always
   vm:
     maximumCpus: 1
+    networks:
+      - pod:
+          device: virtio-net
+          net: 10.1.0.0/24
+          mac: "52:54:00:12:34:58"
+          ports: [{port: 22, protocol: TCP}, {port: 53, protocol: UDP}]
+      - user: {}
 `
 
 // fullStatus sets every status field.
@@ -284,6 +291,9 @@ var celInvalidVMs = []struct{ name, patch, want string }{
 	{"topology beyond maximumCpus", `vm: {maximumCpus: 4, cpuTopology: {sockets: 1, coresPerDie: 2, threadsPerCore: 1}}`, `spec.vm.cpuTopology: Invalid value: the topology's CPUs do not fit maximumCpus`},
 	{"duplicate MACs", `vm: {networks: [{user: {mac: "52:54:00:00:00:01"}}, {tap: {mac: "52:54:00:00:00:01"}}]}`, `spec.vm.networks: Invalid value: two networks have the same mac`},
 	{"IPv6 user network", `vm: {networks: [{user: {net: "fd00::/64"}}]}`, `must be an IPv4 network in CIDR notation with a prefix of 4 to 27 bits`},
+	{"two pod networks", `vm: {networks: [{pod: {}}, {pod: {}}]}`, `spec.vm.networks: Invalid value: only one network may be the pod's`},
+	{"pod and tap networks", `vm: {networks: [{pod: {}}, {tap: {}}]}`, `spec.vm.networks: Invalid value: a pod network cannot be combined with a tap network`},
+	{"a pod port twice", `vm: {networks: [{pod: {ports: [{port: 22}, {port: 22, protocol: TCP}]}}]}`, `spec.vm.networks[0].pod.ports: Invalid value: each port and protocol at most once`},
 	{"image source and repository", `image: {source: a/b:c, repository: a}`, `spec.image: Invalid value: give either source or repository/path/version, not both`},
 }
 

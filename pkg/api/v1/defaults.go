@@ -20,8 +20,11 @@ const (
 	DefaultRTCClock         = "rt"
 	DefaultNetDevice        = "virtio-net"
 	DefaultBridge           = "br0"
-	DefaultSpicePort        = 5900
-	DefaultUsbRedirects     = 2
+	// DefaultPodNet is the guest's side of a pod network: slirp's, so that
+	// a guest configured for a user network works unchanged.
+	DefaultPodNet       = "10.0.2.0/24"
+	DefaultSpicePort    = 5900
+	DefaultUsbRedirects = 2
 )
 
 // DefaultImage is the runner image of this build's version: a renderer
@@ -92,6 +95,18 @@ func (v *VMSpec) Default() {
 		case n.User != nil:
 			if n.User.Device == "" {
 				n.User.Device = DefaultNetDevice
+			}
+		case n.Pod != nil:
+			if n.Pod.Device == "" {
+				n.Pod.Device = DefaultNetDevice
+			}
+			if n.Pod.Net == "" {
+				n.Pod.Net = DefaultPodNet
+			}
+			for j := range n.Pod.Ports {
+				if n.Pod.Ports[j].Protocol == "" {
+					n.Pod.Ports[j].Protocol = corev1.ProtocolTCP
+				}
 			}
 		}
 	}

@@ -164,10 +164,12 @@ type CPUTopology struct {
 	ThreadsPerCore int32 `json:"threadsPerCore,omitempty"`
 }
 
-// Network is exactly one of Tap or User.
+// Network is exactly one of Tap, User or Pod.
 type Network struct {
 	Tap  *TapNetwork  `json:"tap,omitempty"`
 	User *UserNetwork `json:"user,omitempty"`
+	// Pod is vmop's own: VM-Operator has no such network.
+	Pod *PodNetwork `json:"pod,omitempty"`
 }
 
 // TapNetwork attaches the VM to a bridge on the host.
@@ -182,6 +184,28 @@ type UserNetwork struct {
 	Device string `json:"device,omitempty"`
 	Net    string `json:"net,omitempty"`
 	MAC    string `json:"mac,omitempty"`
+}
+
+// PodNetwork puts the guest on its pod's network: connections to the
+// pod's IP reach the guest (the pod's own ports excepted), and the guest's
+// traffic leaves with the pod's IP, as KubeVirt's masquerade binding does.
+// The guest gets a private address by DHCP.
+type PodNetwork struct {
+	Device string `json:"device,omitempty"`
+	// Net is the guest's side: the guest gets its 16th address (10.0.2.15
+	// by default, as on a user network), the pod its 3rd (10.0.2.2).
+	Net string `json:"net,omitempty"`
+	MAC string `json:"mac,omitempty"`
+	// Ports, when given, are the only ones that reach the guest; else all
+	// do but the pod's own (SPICE).
+	Ports []PodPort `json:"ports,omitempty"`
+}
+
+// PodPort is a port of the pod's IP that reaches the same port of the guest.
+type PodPort struct {
+	Port int32 `json:"port"`
+	// Protocol is TCP (when empty) or UDP.
+	Protocol corev1.Protocol `json:"protocol,omitempty"`
 }
 
 // Disk is exactly one of VolumeClaimTemplate or CDROM.

@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -315,9 +316,19 @@ func (v *VMSpec) validateNetworks(p *field.Path) field.ErrorList {
 		errs = append(errs, field.TooMany(p, len(v.Networks), MaxNetworks))
 	}
 	macs := map[string]int{}
+	pod, tap := -1, -1
 	for i := range v.Networks {
 		np := p.Index(i)
 		errs = append(errs, v.Networks[i].validate(np)...)
+		switch n := &v.Networks[i]; {
+		case n.Pod != nil && pod >= 0:
+			errs = append(errs, field.Duplicate(np.Child("pod"), fmt.Sprintf("only one network may be the pod's (also networks[%d])", pod)))
+		case n.Pod != nil:
+			pod = i
+			errs = append(errs, v.validatePodPorts(np.Child("pod", "ports"), n.Pod.Ports)...)
+		case n.Tap != nil && tap < 0:
+			tap = i
+		}
 		mac := strings.ToLower(v.Networks[i].mac())
 		if mac == "" {
 			continue
@@ -327,7 +338,60 @@ func (v *VMSpec) validateNetworks(p *field.Path) field.ErrorList {
 		}
 		macs[mac] = i
 	}
+	if pod >= 0 && tap >= 0 {
+		// A tap network runs the pod on the node's network: NAT there
+		// would change the node's.
+		errs = append(errs, field.Invalid(p.Index(pod).Child("pod"), "pod", fmt.Sprintf("cannot be combined with a tap network (networks[%d]), which puts the pod on the node's network", tap)))
+	}
 	return errs
+}
+
+// validatePodPorts checks the ports a pod network passes to the guest:
+// valid, unique, and none that the pod itself serves.
+func (v *VMSpec) validatePodPorts(p *field.Path, ports []PodPort) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[PodPort]bool{}
+	for i, port := range ports {
+		pp := p.Index(i)
+		proto := cmp.Or(port.Protocol, corev1.ProtocolTCP)
+		switch {
+		case port.Port < 1 || port.Port > 65535:
+			errs = append(errs, field.Invalid(pp.Child("port"), port.Port, "must be from 1 to 65535"))
+		case proto != corev1.ProtocolTCP && proto != corev1.ProtocolUDP:
+			errs = append(errs, field.NotSupported(pp.Child("protocol"), port.Protocol, []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP}))
+		case seen[PodPort{port.Port, proto}]:
+			errs = append(errs, field.Duplicate(pp, fmt.Sprintf("%d/%s", port.Port, proto)))
+		case proto == corev1.ProtocolTCP && port.Port == v.spicePort():
+			errs = append(errs, field.Invalid(pp.Child("port"), port.Port, "is the pod's own SPICE port (spec.vm.display.spice.port)"))
+		}
+		seen[PodPort{port.Port, proto}] = true
+	}
+	return errs
+}
+
+// kinds names the kinds a network sets, for an error.
+func (n *Network) kinds() string {
+	var k []string
+	for _, set := range []struct {
+		name string
+		ok   bool
+	}{{"tap", n.Tap != nil}, {"user", n.User != nil}, {"pod", n.Pod != nil}} {
+		if set.ok {
+			k = append(k, set.name)
+		}
+	}
+	return strings.Join(k, ", ")
+}
+
+// spicePort is the port the pod's SPICE server listens on, 0 without one.
+func (v *VMSpec) spicePort() int32 {
+	if v.Display == nil || v.Display.Spice == nil {
+		return 0
+	}
+	if p := v.Display.Spice.Port; p != nil {
+		return *p
+	}
+	return DefaultSpicePort
 }
 
 func (n *Network) mac() string {
@@ -336,6 +400,8 @@ func (n *Network) mac() string {
 		return n.Tap.MAC
 	case n.User != nil:
 		return n.User.MAC
+	case n.Pod != nil:
+		return n.Pod.MAC
 	}
 	return ""
 }
@@ -344,8 +410,8 @@ func (n *Network) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	var device, mac string
 	switch {
-	case n.Tap != nil && n.User != nil:
-		return append(errs, field.Invalid(p, "tap, user", "must have exactly one of tap or user"))
+	case strings.Contains(n.kinds(), ","):
+		return append(errs, field.Invalid(p, n.kinds(), "must have exactly one of tap, user or pod"))
 	case n.Tap != nil:
 		p = p.Child("tap")
 		device, mac = n.Tap.Device, n.Tap.MAC
@@ -358,8 +424,14 @@ func (n *Network) validate(p *field.Path) field.ErrorList {
 		if n.User.Net != "" && !userNet(n.User.Net) {
 			errs = append(errs, field.Invalid(p.Child("net"), n.User.Net, "must be an IPv4 network in CIDR notation with a prefix of 4 to 27 bits, e.g. 10.0.2.0/24"))
 		}
+	case n.Pod != nil:
+		p = p.Child("pod")
+		device, mac = n.Pod.Device, n.Pod.MAC
+		if n.Pod.Net != "" && !userNet(n.Pod.Net) {
+			errs = append(errs, field.Invalid(p.Child("net"), n.Pod.Net, "must be an IPv4 network in CIDR notation with a prefix of 4 to 27 bits, e.g. 10.0.2.0/24"))
+		}
 	default:
-		return append(errs, field.Required(p, "one of tap or user"))
+		return append(errs, field.Required(p, "one of tap, user or pod"))
 	}
 	if !slices.Contains(NICModels, device) {
 		errs = append(errs, field.NotSupported(p.Child("device"), device, NICModels))

@@ -1,0 +1,77 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/vmop/vmop/pkg/dhcp"
+	"github.com/vmop/vmop/pkg/podnet"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+// errNotInPod: a pod network rewrites the network namespace the runner
+// runs in, which outside a pod is the host's.
+var errNotInPod = errors.New("pod network: the runner is not in a Kubernetes pod (no KUBERNETES_SERVICE_HOST), and would change this host's network: a stand-alone runner uses a user or tap network")
+
+// setUpPodNetwork makes the guest's side of the pod's network and serves
+// the guest its address by DHCP until ctx ends; nothing without a pod
+// network.
+func (r *Runner) setUpPodNetwork(ctx context.Context) error {
+	n := podNetworkOf(&r.config.VM)
+	if n == nil {
+		return nil
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return errNotInPod
+	}
+	o := podnet.Options{Reserved: r.podPorts()}
+	var err error
+	if o.Net, err = netip.ParsePrefix(n.Net); err != nil {
+		return fmt.Errorf("pod network: net %q: %w", n.Net, err)
+	}
+	for _, p := range n.Ports {
+		o.Ports = append(o.Ports, podnet.Port{Protocol: p.Protocol, Port: uint16(p.Port)})
+	}
+	pn, err := podnet.Setup(o)
+	if err != nil {
+		return fmt.Errorf("pod network: %w", err)
+	}
+	mac, err := net.ParseMAC(n.MAC)
+	if err != nil {
+		return fmt.Errorf("pod network: mac %q: %w", n.MAC, err)
+	}
+	srv, err := dhcp.Listen(ctx, podnet.Tap, pn.Lease(mac, r.config.VM.Name))
+	if err != nil {
+		return fmt.Errorf("pod network: the guest's DHCP server: %w", err)
+	}
+	go func() {
+		if err := srv.Serve(ctx, r.log); err != nil {
+			r.log.Error("The guest's DHCP server stopped: the guest gets no address on the pod network", "err", err)
+		}
+	}()
+	r.podNet, r.podMAC = pn, n.MAC
+	r.log.Info("Guest on the pod network", "podIP", pn.PodIP, "guest", pn.Guest, "uplink", pn.Uplink, "mtu", pn.MTU)
+	return nil
+}
+
+// podNetworkOf is the VM's pod network, nil without one.
+func podNetworkOf(vm *runnerconfig.VM) *runnerconfig.Network {
+	for i := range vm.Network {
+		if vm.Network[i].Type == runnerconfig.NetworkPod {
+			return &vm.Network[i]
+		}
+	}
+	return nil
+}
+
+// podPorts are the ports the pod itself serves, which stay the pod's.
+func (r *Runner) podPorts() []podnet.Port {
+	if d := r.config.VM.Display; d != nil && d.Spice != nil {
+		return []podnet.Port{{Protocol: "TCP", Port: uint16(d.Spice.Port)}}
+	}
+	return nil
+}
