@@ -54,12 +54,17 @@ case " $(cat /proc/cmdline) " in
 esac
 
 # A TCP echo service on port 7 (the echo protocol's) for port forward
-# tests, on the NIC of qemu's user network when the VM has one: the guest
-# takes the address that slirp's DHCP server would hand out first and
-# that its host forwards connect to.
+# tests, on the first NIC when the VM has one: the guest takes the address
+# that slirp's DHCP server would hand out first and that its host forwards
+# connect to, or with testguest.dhcp=1 asks a DHCP server (a pod network's).
 if [ -e /sys/class/net/eth0 ]; then
-	ip addr add 10.0.2.15/24 dev eth0
 	ip link set eth0 up
+	case " $(cat /proc/cmdline) " in
+	*" testguest.dhcp=1 "*)
+		udhcpc -i eth0 -n -q -t 20 -T 3 -s /etc/udhcpc.sh >/dev/console 2>&1 || echo "TESTGUEST DHCP failed"
+		;;
+	*) ip addr add 10.0.2.15/24 dev eth0 ;;
+	esac
 	nc -ll -p 7 -e cat &
 	echo "TESTGUEST ECHO 7"
 fi

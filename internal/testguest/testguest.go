@@ -75,6 +75,14 @@ const AgentLine = "TESTGUEST AGENT"
 // forwards connect to). The guest prints EchoLine once it listens.
 const EchoPort = 7
 
+// DHCP, appended to the kernel command line, makes the guest take its
+// first NIC's address, route and MTU from a DHCP server and print DHCPLine
+// and the lease, or DHCPLine and "failed".
+const DHCP = "testguest.dhcp=1"
+
+// DHCPLine starts the line of DHCP.
+const DHCPLine = "TESTGUEST DHCP "
+
 // EchoLine is printed once the echo service listens.
 const EchoLine = "TESTGUEST ECHO 7"
 
@@ -134,8 +142,8 @@ var modules = []string{
 var applets = []string{
 	"sh", "acpid", "cat", "dd", "dmesg", "grep", "insmod", "ls", "lsmod",
 	"mkdir", "mount", "poweroff", "ps", "reboot", "sleep", "sync", "umount",
-	// The echo service (EchoPort).
-	"ip", "nc",
+	// The echo service (EchoPort), and its address by DHCP.
+	"ip", "nc", "udhcpc",
 }
 
 var (
@@ -143,6 +151,8 @@ var (
 	initScript []byte
 	//go:embed poweroff.sh
 	poweroffScript []byte
+	//go:embed udhcpc.sh
+	udhcpcScript []byte
 )
 
 // Where Debian's linux-image-amd64 and busybox-static install.
@@ -274,6 +284,7 @@ func initramfs(kmods string) ([]byte, error) {
 	}
 	w.File("init", 0o755, initScript)
 	w.File("etc/acpi/PWRF/00000080", 0o755, poweroffScript)
+	w.File("etc/udhcpc.sh", 0o755, udhcpcScript)
 	var list strings.Builder
 	for _, m := range mods {
 		data, err := readModule(m.path)

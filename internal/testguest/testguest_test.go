@@ -39,6 +39,19 @@ func TestGuest(t *testing.T) {
 		t.Parallel()
 		testHotplugAndPowerdown(t, g, "tcg")
 	})
+	t.Run("dhcp", func(t *testing.T) {
+		// slirp's DHCP server stands in for a pod network's (restricted,
+		// it offers no router).
+		t.Parallel()
+		vm := startVM(t, g.WithAppend(DHCP), Accel(), "-netdev", "user,id=n,restrict=on", "-device", "virtio-net-pci,netdev=n")
+		want := DHCPLine + "10.0.2.15/24 router  mtu"
+		vm.waitConsole(t, bootTimeout, func(lines []string) bool {
+			return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, want) })
+		}, want)
+		vm.waitConsole(t, bootTimeout, func(lines []string) bool {
+			return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, EchoLine) })
+		}, EchoLine)
+	})
 	t.Run("ignore_acpi", func(t *testing.T) {
 		t.Parallel()
 		vm := startVM(t, g.WithAppend(IgnoreACPI), Accel())
@@ -171,7 +184,7 @@ type vm struct {
 	exitErr error
 }
 
-func startVM(t *testing.T, g Guest, accel string) *vm {
+func startVM(t *testing.T, g Guest, accel string, qemuArgs ...string) *vm {
 	t.Helper()
 	// A unix socket path must fit in 108 bytes; t.TempDir() may not.
 	sockDir, err := os.MkdirTemp("", "tg")
@@ -188,6 +201,7 @@ func startVM(t *testing.T, g Guest, accel string) *vm {
 		"-serial", "file:" + v.console,
 		"-qmp", "unix:" + sock + ",server=on,wait=off",
 	}
+	args = append(args, qemuArgs...)
 	cmd := exec.Command("qemu-system-x86_64", append(args, g.QemuArgs()...)...)
 	cmd.Stdout = &v.stderr
 	cmd.Stderr = &v.stderr
