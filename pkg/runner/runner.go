@@ -228,6 +228,9 @@ func (r *Runner) launch(ctx context.Context) error {
 	}
 	r.console.SetPodLog(c.VM.PodLog())
 	m.ConsoleSocket = r.console.GuestPath()
+	if err := checkTapNetworks(&c.VM); err != nil {
+		return err
+	}
 	if err := r.setUpPodNetwork(ctx); err != nil {
 		return err
 	}

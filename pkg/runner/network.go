@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 
 	"github.com/vmop/vmop/pkg/dhcp"
 	"github.com/vmop/vmop/pkg/podnet"
@@ -16,6 +17,35 @@ import (
 // errNotInPod: a pod network rewrites the network namespace the runner
 // runs in, which outside a pod is the host's.
 var errNotInPod = errors.New("pod network: the runner is not in a Kubernetes pod (no KUBERNETES_SERVICE_HOST), and would change this host's network: a stand-alone runner uses a user or tap network")
+
+// Where the runner finds what tap networks need: the node's bridges
+// (host network), and qemu's bridge helper with its access list in the
+// runner's image. Variables for tests.
+var (
+	sysClassNet  = "/sys/class/net"
+	bridgeHelper = "/usr/lib/qemu/qemu-bridge-helper"
+	bridgeConf   = "/etc/qemu/bridge.conf"
+)
+
+// checkTapNetworks tells before qemu starts what a tap network lacks,
+// in words, where qemu's bridge helper would only fail with its own.
+func checkTapNetworks(vm *runnerconfig.VM) error {
+	for i, n := range vm.Network {
+		if n.Type != runnerconfig.NetworkTap {
+			continue
+		}
+		for _, f := range []string{bridgeHelper, bridgeConf} {
+			if _, err := os.Stat(f); err != nil {
+				return fmt.Errorf("network %d (tap): the runner image has no %s, which tap networks need (qemu's bridge helper; in Debian's qemu-system-common)", i, f)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(sysClassNet, n.Bridge, "bridge")); err != nil {
+			node, _ := os.Hostname()
+			return fmt.Errorf("network %d (tap): bridge %q does not exist on node %s: create it there, or choose another bridge", i, n.Bridge, node)
+		}
+	}
+	return nil
+}
 
 // setUpPodNetwork makes the guest's side of the pod's network and serves
 // the guest its address by DHCP until ctx ends; nothing without a pod
