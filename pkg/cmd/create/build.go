@@ -22,6 +22,7 @@ import (
 
 // Values of --network.
 const (
+	networkPod  = "pod"
 	networkUser = "user"
 	networkTap  = "tap"
 	networkNone = "none"
@@ -129,11 +130,12 @@ func ParseDisk(s string) (size resource.Quantity, class string, err error) {
 	return size, class, nil
 }
 
-// parseNetworks makes the networks of the --network values: one user
-// network when none is given, none for "none".
+// parseNetworks makes the networks of the --network values: the pod's
+// network when none is given (a server is reachable like any pod), none
+// for "none".
 func parseNetworks(values []string) ([]v1.Network, error) {
 	if len(values) == 0 {
-		return []v1.Network{{User: &v1.UserNetwork{}}}, nil
+		return []v1.Network{{Pod: &v1.PodNetwork{}}}, nil
 	}
 	var out []v1.Network
 	for _, val := range values {
@@ -143,13 +145,15 @@ func parseNetworks(values []string) ([]v1.Network, error) {
 			return nil, nil
 		case val == networkUser:
 			out = append(out, v1.Network{User: &v1.UserNetwork{}})
+		case val == networkPod:
+			out = append(out, v1.Network{Pod: &v1.PodNetwork{}})
 		case kind == networkTap && (!hasBridge || bridge != ""):
 			// v1's validation checks the bridge's name.
 			out = append(out, v1.Network{Tap: &v1.TapNetwork{Bridge: bridge}})
 		case val == networkNone:
 			return nil, fmt.Errorf("--network none cannot be combined with other networks")
 		default:
-			return nil, fmt.Errorf("--network %q: use user, tap, tap:BRIDGE or none", val)
+			return nil, fmt.Errorf("--network %q: use pod, user, tap, tap:BRIDGE or none", val)
 		}
 	}
 	return out, nil

@@ -64,7 +64,7 @@ type Options struct {
 	Disks []string
 	// CDROMs are images of CD drives, after the disks in the boot order.
 	CDROMs []string
-	// Networks are --network values: user, tap, tap:BRIDGE or none.
+	// Networks are --network values: pod, user, tap, tap:BRIDGE or none.
 	Networks     []string
 	UserDataFile string
 	SSHKeyFiles  []string
@@ -132,7 +132,7 @@ error and stays as it is.`,
 	f.StringVar(&o.MaxRAM, "max-ram", "", "RAM the guest may be given while it runs (spec.vm.maximumRam; default --ram)")
 	f.StringArrayVar(&o.Disks, "disk", nil, "a disk SIZE[,STORAGECLASS], e.g. 40Gi or 40Gi,fast; may repeat, the first is the system disk")
 	f.StringArrayVar(&o.CDROMs, "cdrom", nil, `a CD drive with an image: a file of the image repository, a URL, or "" (empty drive); may repeat`)
-	f.StringArrayVar(&o.Networks, "network", nil, "a network card: user (qemu's user network), tap or tap:BRIDGE, or none; may repeat (default user)")
+	f.StringArrayVar(&o.Networks, "network", nil, "a network card: pod (the pod's network: the guest is reached at the pod's IP), user (qemu's user network), tap or tap:BRIDGE (a bridge of the node), or none; may repeat (default pod)")
 	f.StringVar(&o.UserDataFile, "cloud-init-user-data", "", "cloud-init user data: a cloud-config YAML file")
 	f.StringArrayVar(&o.SSHKeyFiles, "ssh-key", nil, "a public key file (e.g. ~/.ssh/id_ed25519.pub) whose keys cloud-init gives the default user; may repeat")
 	f.BoolVar(&o.Running, "running", false, "start the VM at once (spec.vm.state Running; default Stopped)")
@@ -143,7 +143,7 @@ error and stays as it is.`,
 	_ = cmd.MarkFlagFilename("ssh-key", "pub")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(manifest.Formats, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("dry-run", cobra.FixedCompletions(DryRuns, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("network", cobra.FixedCompletions([]string{networkUser, networkTap, networkNone}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("network", cobra.FixedCompletions([]string{networkPod, networkUser, networkTap, networkNone}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("disk", completeDisk(configFlags))
 	_ = cmd.RegisterFlagCompletionFunc("cdrom", cobra.NoFileCompletions)
 	return cmd

@@ -214,7 +214,7 @@ func badInput(t *testing.T) map[string]struct {
 		"three disk parts":     {[]string{"--disk", "40Gi,fast,rwx"}, []string{`--disk "40Gi,fast,rwx": give SIZE or SIZE,STORAGECLASS, not 3 parts`}},
 		"cdrom on two lines":   {[]string{"--cdrom", "a.iso\nb.iso"}, []string{`--cdrom "a.iso\nb.iso": spec.vm.disks[0].cdrom.image`}},
 		"too many cdroms":      {[]string{"--cdrom", "", "--cdrom", "", "--cdrom", "", "--cdrom", "", "--cdrom", "", "--cdrom", "", "--cdrom", ""}, []string{"--disk/--cdrom: spec.vm.disks: Invalid value"}},
-		"network":              {[]string{"--network", "bridge"}, []string{`--network "bridge": use user, tap, tap:BRIDGE or none`}},
+		"network":              {[]string{"--network", "bridge"}, []string{`--network "bridge": use pod, user, tap, tap:BRIDGE or none`}},
 		"network none and":     {[]string{"--network", "none", "--network", "user"}, []string{"--network none cannot be combined"}},
 		"bridge name":          {[]string{"--network", "tap:br/0"}, []string{`--network: spec.vm.networks[0].tap.bridge: Invalid value: "br/0"`}},
 		"name":                 {[]string{"--cpus", "1"}, nil}, // replaced below: the name is the argument
