@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver (and, with "all", kube-controller-manager,
-# kube-scheduler, the kubelet and the kwok node simulator with its Stage
-# configs) from the module proxy into a cache keyed by version, and prints the
-# directory that holds them. Only the first run on a machine pays the build:
-# ~12 minutes, ~30 with "all".
+# kube-scheduler, the kubelet, kube-proxy and the kwok node simulator with its
+# Stage configs) from the module proxy into a cache keyed by version, and
+# prints the directory that holds them. Only the first run on a machine pays
+# the build: ~12 minutes, ~30 with "all". kube-proxy shares most of its
+# packages with the others: built after them it took 28 s (measured); alone
+# with a cold Go build cache, 14 CPU-minutes (18 minutes on 2 busy cores).
 set -euo pipefail
 
 version=v1.37.0
@@ -12,7 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${VMOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop}/kube-$version
 bins=(kube-apiserver)
 all=false
-[ "${1:-}" = all ] && all=true && bins+=(kube-controller-manager kube-scheduler kubelet)
+[ "${1:-}" = all ] && all=true && bins+=(kube-controller-manager kube-scheduler kubelet kube-proxy)
 
 minor=${version#v1.}; minor=${minor%%.*}
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version \

@@ -3,17 +3,18 @@
 # swtpm, ISO tools, a kernel + busybox for a test guest from Debian,
 # virt-viewer (remote-viewer), Xvfb and xwd (x11-apps) for the console test,
 # mmdebstrap for the vm-runner image's Debian root, containerd, runc, the
-# CNI plugins and iptables for the test node that runs vmop's images,
+# CNI plugins, iptables and nfacct (which removes the counters kube-proxy
+# leaves in the kernel) for the test node that runs vmop's images,
 # syslinux, mtools and dosfstools for the test guest's boot disk, GRUB's
 # BIOS and EFI images and sfdisk for the Debian test guest's disk,
 # openssh-client (ssh, ssh-keygen) for SSH into that guest,
-# and kube-apiserver, kube-controller-manager, kube-scheduler, the kubelet
-# and kwok built from the module proxy (cached after the first run). Safe to run again: it skips what is
+# and kube-apiserver, kube-controller-manager, kube-scheduler, the kubelet,
+# kube-proxy and kwok built from the module proxy (cached after the first run). Safe to run again: it skips what is
 # already there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-packages=(etcd-server qemu-system-x86 ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client)
+packages=(etcd-server qemu-system-x86 ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables nfacct syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

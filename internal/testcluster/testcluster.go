@@ -241,9 +241,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 		"--etcd-servers=" + c.EtcdURL,
 		"--bind-address=" + addr,
 		"--advertise-address=" + addr,
-		// The endpoint reconciler refuses loopback addresses; pods reach
-		// the API through a DNAT rule instead (internal/testnode).
-		"--endpoint-reconciler-type=none",
+		"--endpoint-reconciler-type=" + endpointReconciler(addr),
 		// logs, exec and port-forward dial the kubelet at its node's IP,
 		// as the node's name does not resolve.
 		"--kubelet-preferred-address-types=InternalIP",
@@ -354,6 +352,17 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) *exec.Cmd {
 		bin = "/usr/bin/kubectl"
 	}
 	return exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+}
+
+// endpointReconciler is how the API server publishes itself as the
+// kubernetes Service's endpoint: the default (lease) for an address pods
+// can reach, which a node's kube-proxy then serves (internal/testnode);
+// none for loopback, which the reconciler refuses and no pod could reach.
+func endpointReconciler(addr string) string {
+	if net.ParseIP(addr).IsLoopback() {
+		return "none"
+	}
+	return "lease"
 }
 
 // ServiceCIDR is the cluster's Service IP range; 10.0.0.1 is the

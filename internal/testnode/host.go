@@ -29,13 +29,18 @@ var deviceDirs = []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet"}
 type hostState struct {
 	Sysctls map[string]string
 	// Chains are the iptables chains per "command table" before the start.
-	Chains  map[string][]string
-	NewDirs []string
-	undos   []undo
+	Chains map[string][]string
+	// Counters are the kernel's nfacct counters before the start (nil
+	// when not recorded): kube-proxy adds its own, which outlive it.
+	Counters []string
+	NewDirs  []string
+	undos    []undo
 }
 
-// stateFile keeps a running node's hostState.
-var stateFile = filepath.Join(os.TempDir(), "vmop-testnode-host.json")
+// stateFile keeps a running node's hostState; its name is not one of a
+// node's directory (dirPrefix), which cleanStale removes before it reads
+// this.
+var stateFile = filepath.Join(os.TempDir(), "vmop-testnode.host.json")
 
 type undo struct {
 	what string
@@ -62,6 +67,10 @@ func (h *hostState) record() error {
 			continue // e.g. no ip6tables nat table in this kernel
 		}
 		h.Chains[t[0]+" "+t[1]] = chains
+	}
+	var err error
+	if h.Counters, err = nfacctCounters(); err != nil {
+		return err
 	}
 	for _, d := range deviceDirs {
 		if _, err := os.Stat(d); os.IsNotExist(err) {
@@ -109,6 +118,10 @@ func (h *hostState) restore() []error {
 	for key, before := range h.Chains {
 		cmd, table, _ := strings.Cut(key, " ")
 		errs = append(errs, removeNewChains(cmd, table, before)...)
+	}
+	// After the chains: their rules hold the counters.
+	if h.Counters != nil {
+		errs = append(errs, removeNewCounters(h.Counters)...)
 	}
 	for _, d := range h.NewDirs {
 		if err := os.RemoveAll(d); err != nil {
@@ -158,7 +171,7 @@ func removeNewChains(cmd, table string, before []string) []error {
 	}
 	var errs []error
 	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
+		f := ruleArgs(line)
 		if len(f) < 2 || f[0] != "-A" || slices.Contains(added, f[1]) {
 			continue
 		}
@@ -176,6 +189,40 @@ func removeNewChains(cmd, table string, before []string) []error {
 	for _, c := range added {
 		if err := run(cmd, "-t", table, "-X", c); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// nfacctCounters lists the names of the kernel's nfacct counters.
+func nfacctCounters() ([]string, error) {
+	out, err := exec.Command("nfacct", "list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("nfacct list: %w", err)
+	}
+	names := []string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		// { pkts = 00000000000000000000, bytes = 00000000000000000000 } = NAME;
+		if i := strings.LastIndex(line, " = "); i >= 0 {
+			names = append(names, strings.TrimSuffix(line[i+3:], ";"))
+		}
+	}
+	return names, nil
+}
+
+// removeNewCounters deletes the nfacct counters that were not in before
+// (kube-proxy's ct_state_invalid_dropped_pkts, ...).
+func removeNewCounters(before []string) []error {
+	now, err := nfacctCounters()
+	if err != nil {
+		return []error{err}
+	}
+	var errs []error
+	for _, c := range now {
+		if !slices.Contains(before, c) {
+			if err := run("nfacct", "delete", c); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errs
@@ -233,7 +280,7 @@ func cleanStale() {
 			if !strings.Contains(line, ruleComment) || !strings.HasPrefix(line, "-A ") {
 				continue
 			}
-			_ = exec.Command("iptables", append([]string{"-t", t, "-D"}, unquote(strings.Fields(line)[1:])...)...).Run()
+			_ = exec.Command("iptables", append([]string{"-t", t, "-D"}, ruleArgs(line)[1:]...)...).Run()
 		}
 	}
 }
@@ -320,10 +367,35 @@ func underAny(path string, dirs []string) bool {
 	return false
 }
 
-// unquote drops the quotes iptables -S puts around a comment.
-func unquote(f []string) []string {
-	for i := range f {
-		f[i] = strings.Trim(f[i], `"`)
+// ruleArgs splits a line of iptables -S into the arguments that make the
+// rule again: iptables quotes those with spaces (kube-proxy's comments),
+// escaping quotes and backslashes in them.
+func ruleArgs(line string) []string {
+	var args []string
+	var arg strings.Builder
+	inArg, quoted, escaped := false, false, false
+	for _, r := range line {
+		switch {
+		case escaped:
+			arg.WriteRune(r)
+			escaped = false
+		case quoted && r == '\\':
+			escaped = true
+		case r == '"':
+			quoted, inArg = !quoted, true
+		case r == ' ' && !quoted:
+			if inArg {
+				args = append(args, arg.String())
+				arg.Reset()
+				inArg = false
+			}
+		default:
+			arg.WriteRune(r)
+			inArg = true
+		}
 	}
-	return f
+	if inArg {
+		args = append(args, arg.String())
+	}
+	return args
 }

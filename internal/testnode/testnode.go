@@ -1,15 +1,21 @@
 // Package testnode runs a real single-node Kubernetes cluster for tests:
 // the control plane of internal/testcluster with kube-scheduler and the
-// controllers a node needs, and a kubelet whose pods containerd runs with
-// runc, on a bridge of Debian's CNI plugins. vmop's images are imported
-// from archives (no registry is reachable), the pod sandbox is a pause
-// image built here, and storage is local PersistentVolumes: Block ones on
-// loop devices and directories for file systems.
+// controllers a node needs, a kubelet whose pods containerd runs with
+// runc, on a bridge of Debian's CNI plugins, and kube-proxy, so that
+// Services work: a ClusterIP from pods and from the test process, a
+// NodePort at the node's IP. vmop's images are imported from archives (no
+// registry is reachable), the pod sandbox is a pause image built here, and
+// storage is local PersistentVolumes: Block ones on loop devices and
+// directories for file systems.
+//
+// No Service traffic leaves the machine: the Service range is routed into
+// the node's bridge, and iptables rules drop what the node's pods send
+// elsewhere, and what the node sends to a Service's endpoint elsewhere.
 //
 // The node changes the host (a bridge, a route, iptables rules, loop
-// devices, mounts, the kubelet's sysctls and chains); Stop undoes all of
-// it, and Start first removes what a killed run left. One node runs at a
-// time on a machine: the kubelet uses fixed host paths.
+// devices, mounts, the kubelet's sysctls, its and kube-proxy's chains);
+// Stop undoes all of it, and Start first removes what a killed run left.
+// One node runs at a time on a machine: the kubelet uses fixed host paths.
 package testnode
 
 import (
@@ -20,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -39,13 +44,13 @@ const (
 	Name   = "vmop-node"
 	Bridge = "vmopnode0"
 	Subnet = "10.99.0.0/24"
-	// IP is the node's address, on the bridge: the kubelet's, and the API
-	// server's (pods reach the API through the kubernetes Service, which
-	// a DNAT rule sends here).
+	// IP is the node's address, on the bridge: the kubelet's, the API
+	// server's (the kubernetes Service's endpoint) and the NodePorts'.
 	IP = "10.99.0.1"
 	// subnetPrefix starts every address of Subnet.
 	subnetPrefix = "10.99.0."
-	// kubernetesServiceIP is the first address of testcluster.ServiceCIDR.
+	// kubernetesServiceIP is the first address of testcluster.ServiceCIDR,
+	// the kubernetes Service's.
 	kubernetesServiceIP = "10.0.0.1"
 	// ruleComment marks the iptables rules of the node, so that a later
 	// run finds those a killed one left.
@@ -89,6 +94,8 @@ type Node struct {
 	*testcluster.Cluster
 	Containerd         *testcontainerd.Containerd
 	Kubelet, Scheduler *testcluster.Process
+	// KubeProxy is also among the cluster's Processes.
+	KubeProxy *testcluster.Process
 	// Client reaches the API server as a member of system:masters.
 	Client kubernetes.Interface
 
@@ -104,7 +111,8 @@ func Check() error {
 	if err := testcontainerd.Check(); err != nil {
 		return err
 	}
-	for _, bin := range []string{"ip", "iptables", "losetup"} {
+	// nfacct removes the counters kube-proxy leaves in the kernel.
+	for _, bin := range []string{"ip", "iptables", "losetup", "nfacct"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return fmt.Errorf("%s not found: run `make deps`", bin)
 		}
@@ -139,7 +147,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 
 // start is Start for a caller that holds the lock and has cleaned up.
 func start(ctx context.Context, opts Options) (n *Node, err error) {
-	binDir, err := testcluster.KubeBinDir(ctx, "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
+	binDir, err := testcluster.KubeBinDir(ctx, "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 	if err != nil {
 		return nil, err
 	}
@@ -189,6 +197,9 @@ func start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err = n.startKubelet(ctx, filepath.Join(binDir, "kubelet")); err != nil {
 		return n, err
 	}
+	if err = n.startKubeProxy(ctx, filepath.Join(binDir, "kube-proxy")); err != nil {
+		return n, err
+	}
 	if err = n.createStorageClasses(ctx); err != nil {
 		return n, err
 	}
@@ -208,24 +219,31 @@ func (n *Node) setUpBridge() error {
 	return run("ip", "link", "set", Bridge, "up")
 }
 
-// routeServices keeps Service traffic on the machine: there is no
-// kube-proxy, so without this a pod's packets to a ClusterIP follow the
-// default route out. The Service range goes to the bridge, and the
-// kubernetes Service's address to the API server.
+// routeServices keeps Service traffic on the machine, before kube-proxy
+// runs and whatever it does. kube-proxy translates a ClusterIP or NodePort
+// to an endpoint, and rejects a Service with none, but it has no rule for
+// an address of the range that no Service holds: that would follow the
+// default route out, so the whole range goes to the bridge. Nothing a pod
+// or guest sends may leave the machine. And the node's own Service
+// traffic, which kube-proxy would send to any endpoint (one a test writes
+// by hand may be anywhere), may reach only the node and its pods.
 func (n *Node) routeServices() error {
 	if err := run("ip", "route", "replace", testcluster.ServiceCIDR, "dev", Bridge); err != nil {
 		return err
 	}
 	n.host.undo("service route", func() error { return run("ip", "route", "del", testcluster.ServiceCIDR, "dev", Bridge) })
-	dnat := []string{"-d", kubernetesServiceIP + "/32", "-p", "tcp", "--dport", "443",
-		"-j", "DNAT", "--to-destination", IP + ":" + strconv.Itoa(n.Port)}
-	for _, chain := range []string{"PREROUTING", "OUTPUT"} {
-		if err := n.host.insertRule("nat", chain, dnat...); err != nil {
+	if err := n.host.insertRule("filter", "FORWARD", "-s", Subnet, "!", "-d", Subnet, "-j", "DROP"); err != nil {
+		return err
+	}
+	// IP without a mask: iptables-nft deletes such a rule only as it
+	// was written, and prints it without.
+	for _, service := range []string{testcluster.ServiceCIDR, IP} {
+		if err := n.host.insertRule("filter", "OUTPUT", "-m", "conntrack", "--ctstate", "DNAT",
+			"--ctorigdst", service, "!", "-d", Subnet, "-j", "DROP"); err != nil {
 			return err
 		}
 	}
-	// Nothing a pod or guest sends may leave the machine.
-	return n.host.insertRule("filter", "FORWARD", "-s", Subnet, "!", "-d", Subnet, "-j", "DROP")
+	return nil
 }
 
 // startContainerd runs a containerd with the CRI plugin for the kubelet,
@@ -396,8 +414,8 @@ func (n *Node) runKubelet(ctx context.Context) error {
 
 // Stop ends everything Start began and undoes its changes to the host:
 // pods first (their containers, networks and block volume mappings), then
-// the kubelet, containerd, the control plane, loop devices and network
-// rules. It returns what could not be undone.
+// the kubelet, containerd, the control plane with kube-proxy, loop devices
+// and network rules (kube-proxy's chains among them). It returns what could not be undone.
 func (n *Node) Stop() error {
 	var errs []error
 	if n.Cluster != nil && n.Kubelet != nil {

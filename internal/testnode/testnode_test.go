@@ -1,7 +1,6 @@
 package testnode
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,12 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 )
 
-// TestNode runs a pod with a Block and a Filesystem claim on the node and
-// checks that nothing of the node is left on the host afterwards.
+// TestNode runs pods on one node: one with a Block and a Filesystem claim,
+// and pods behind Services (services_test.go); then it checks that nothing
+// of the node is left on the host.
 func TestNode(t *testing.T) {
 	skipWithout(t)
 	// The lock from before to after: no other test's node may change the
@@ -27,63 +26,64 @@ func TestNode(t *testing.T) {
 	defer unlock()
 	cleanStale()
 	before := hostSnapshot(t)
-	t.Run("pod", func(t *testing.T) {
-		ctx := t.Context()
-		n, err := start(ctx, Options{})
+	t.Run("node", func(t *testing.T) {
+		begin := time.Now()
+		n, err := start(t.Context(), Options{})
 		require.NoError(t, err)
+		t.Logf("node started in %v", time.Since(begin).Round(time.Millisecond))
 		t.Cleanup(func() { require.NoError(t, n.Stop()) })
-		require.NoError(t, n.AddBlockVolume(ctx, Volume{Name: "disk", Size: resource.MustParse("64Mi")}))
-		require.NoError(t, n.AddFilesystemVolume(ctx, Volume{Name: "data", Size: resource.MustParse("1Gi")}))
-		claims := n.Client.CoreV1().PersistentVolumeClaims("default")
-		block := corev1.PersistentVolumeBlock
-		for _, c := range []*corev1.PersistentVolumeClaim{
-			{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Spec: corev1.PersistentVolumeClaimSpec{
-				StorageClassName: ptr.To(StorageClassBlock), VolumeMode: &block,
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}},
-			{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}}},
-		} {
-			_, err := claims.Create(ctx, c, metav1.CreateOptions{})
-			require.NoError(t, err)
-		}
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "p"},
-			Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{
-					Name: "c", Image: pauseImage, ImagePullPolicy: corev1.PullNever,
-					SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
-					VolumeDevices:   []corev1.VolumeDevice{{Name: "disk", DevicePath: "/dev/disk"}},
-					VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
-				}},
-				Volumes: []corev1.Volume{
-					{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "disk"}}},
-					{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
-				},
-			},
-		}
-		_, err = n.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-		require.NoError(t, err)
-		start := time.Now()
-		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			p, err := n.Client.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			pod = p
-			return p.Status.Phase == corev1.PodRunning, nil
-		})
-		require.NoError(t, err, "pod status: %+v", pod.Status)
-		t.Logf("pod Running %v after create, on %s with IP %s", time.Since(start).Round(time.Millisecond), pod.Spec.NodeName, pod.Status.PodIP)
-		require.Equal(t, Name, pod.Spec.NodeName)
-		require.True(t, strings.HasPrefix(pod.Status.PodIP, subnetPrefix), pod.Status.PodIP)
+		t.Run("pod", func(t *testing.T) { testPod(t, n) })
+		t.Run("services", func(t *testing.T) { testServices(t, n, before) })
+		t.Run("service range stays", func(t *testing.T) { testServiceRangeStays(t, n) })
 	})
 	require.Equal(t, before, hostSnapshot(t), "the host after the node stopped")
 }
 
-// hostSnapshot is what of the host the node changes: links, routes,
-// iptables rules, loop devices and mounts.
+// testPod runs a pod with a Block and a Filesystem claim.
+func testPod(t *testing.T, n *Node) {
+	ctx := t.Context()
+	require.NoError(t, n.AddBlockVolume(ctx, Volume{Name: "disk", Size: resource.MustParse("64Mi")}))
+	require.NoError(t, n.AddFilesystemVolume(ctx, Volume{Name: "data", Size: resource.MustParse("1Gi")}))
+	claims := n.Client.CoreV1().PersistentVolumeClaims("default")
+	block := corev1.PersistentVolumeBlock
+	for _, c := range []*corev1.PersistentVolumeClaim{
+		{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(StorageClassBlock), VolumeMode: &block,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "data"}, Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}}},
+	} {
+		_, err := claims.Create(ctx, c, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "c", Image: pauseImage, ImagePullPolicy: corev1.PullNever,
+				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+				VolumeDevices:   []corev1.VolumeDevice{{Name: "disk", DevicePath: "/dev/disk"}},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "disk", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "disk"}}},
+				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+			},
+		},
+	}
+	start := time.Now()
+	pod = runPod(t, n, pod, corev1.PodRunning)
+	t.Logf("pod Running %v after create, on %s with IP %s", time.Since(start).Round(time.Millisecond), pod.Spec.NodeName, pod.Status.PodIP)
+	require.Equal(t, Name, pod.Spec.NodeName)
+	require.True(t, strings.HasPrefix(pod.Status.PodIP, subnetPrefix), pod.Status.PodIP)
+}
+
+// hostSnapshot is what of the host the node changes, or might: links,
+// routes, iptables rules, loop devices, mounts and sysctls (the kubelet's;
+// proxySysctls, those kube-proxy could change, are to stay as they are
+// even while it runs).
 func hostSnapshot(t *testing.T) map[string]string {
 	s := map[string]string{}
 	for name, cmd := range map[string][]string{
@@ -91,10 +91,17 @@ func hostSnapshot(t *testing.T) map[string]string {
 		"routes":  {"ip", "route"},
 		"filter":  {"iptables", "-S"},
 		"nat":     {"iptables", "-t", "nat", "-S"},
+		"mangle":  {"iptables", "-t", "mangle", "-S"},
+		"ip6":     {"sh", "-c", "for t in filter nat mangle; do ip6tables -t $t -S; done"},
+		"nfacct":  {"nfacct", "list"},
 		"loops":   {"losetup", "--list", "--noheadings"},
 		"netns":   {"ip", "netns", "list"},
 		"mounts":  {"sh", "-c", "grep -c . /proc/self/mountinfo"},
 		"sysctls": {"sysctl", "kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory"},
+		proxySysctls: {"sysctl", "net.ipv4.conf.all.route_localnet", "net.netfilter.nf_conntrack_max",
+			"net.netfilter.nf_conntrack_tcp_timeout_established", "net.netfilter.nf_conntrack_tcp_timeout_close_wait",
+			"net.netfilter.nf_conntrack_tcp_be_liberal", "net.netfilter.nf_conntrack_udp_timeout",
+			"net.netfilter.nf_conntrack_udp_timeout_stream"},
 	} {
 		out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
 		require.NoError(t, err, "%v: %s", cmd, out)
