@@ -169,6 +169,9 @@ func (r *Runner) Status() Status { return r.status }
 // startError is the ExitError for a failed start: qemu's own reason when
 // it exited, else the runner's.
 func (r *Runner) startError(err error) error {
+	if exit := (*ExitError)(nil); errors.As(err, &exit) {
+		return exit
+	}
 	if r.qemu != nil {
 		select {
 		case <-r.qemu.done:
@@ -229,10 +232,10 @@ func (r *Runner) launch(ctx context.Context) error {
 	r.console.SetPodLog(c.VM.PodLog())
 	m.ConsoleSocket = r.console.GuestPath()
 	if err := checkTapNetworks(&c.VM); err != nil {
-		return err
+		return &ExitError{Code: runnerexit.Network, Err: err}
 	}
 	if err := r.setUpPodNetwork(ctx); err != nil {
-		return err
+		return &ExitError{Code: runnerexit.Network, Err: err}
 	}
 	args, err := tmpl.Args(m)
 	if err != nil {

@@ -12,4 +12,7 @@ const (
 	// QemuRefused: qemu exited while starting; the runner's error (its
 	// termination message in a pod) ends with qemu's last line, its reason.
 	QemuRefused = 5
+	// Network: the VM's network could not be set up (a missing bridge,
+	// privilege or kernel feature); qemu was not started.
+	Network = 6
 )

@@ -5,6 +5,7 @@
 package vmstatus
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -68,22 +69,33 @@ func FromPod(pod *corev1.Pod, want bool, restartHash string) Conditions {
 	return c
 }
 
-// qemuFailed is the Failed condition of a runner whose qemu refused to
-// start: the termination message is the runner's error, ending with
-// qemu's words.
-func qemuFailed(t *corev1.ContainerStateTerminated, restarts int32) metav1.Condition {
-	msg := strings.TrimSpace(t.Message)
-	if msg == "" {
-		msg = "qemu refused to start the VM"
+// startFailures are the runner's exit codes for a VM that cannot start
+// as configured on its node, which no restart mends: the Failed condition's
+// reason, and its message when the runner left none.
+var startFailures = map[int32]struct{ reason, fallback string }{
+	runnerexit.QemuRefused: {v1.ReasonQemuFailed, "qemu refused to start the VM"},
+	runnerexit.Network:     {v1.ReasonNetworkFailed, "the runner could not set up the VM's network"},
+}
+
+// startFailed is the Failed condition of a runner that ended with one of
+// startFailures: the termination message is the runner's error (ending
+// with qemu's words when qemu refused).
+func startFailed(t *corev1.ContainerStateTerminated, restarts int32) (metav1.Condition, bool) {
+	f, ok := startFailures[t.ExitCode]
+	if !ok {
+		return metav1.Condition{}, false
 	}
-	return Condition(v1.ConditionFailed, true, v1.ReasonQemuFailed, fmt.Sprintf("%s (%d restarts).", msg, restarts))
+	msg := cmp.Or(strings.TrimSpace(t.Message), f.fallback)
+	return Condition(v1.ConditionFailed, true, f.reason, fmt.Sprintf("%s (%d restarts).", msg, restarts)), true
 }
 
 // runnerFailed is the Failed condition of a runner that failed and was
 // restarted: t is how it ended last (nil if unknown).
 func runnerFailed(t *corev1.ContainerStateTerminated, restarts int32) metav1.Condition {
-	if t != nil && t.ExitCode == runnerexit.QemuRefused {
-		return qemuFailed(t, restarts)
+	if t != nil {
+		if c, ok := startFailed(t, restarts); ok {
+			return c
+		}
 	}
 	msg := fmt.Sprintf("The runner failed %d times", restarts)
 	if t != nil {
@@ -137,8 +149,10 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 		}
 		// Between qemu's refusal and the kubelet's back-off the container
 		// is terminated, not yet waiting.
-		if t := cs.State.Terminated; t != nil && t.ExitCode == runnerexit.QemuRefused {
-			return qemuFailed(t, cs.RestartCount), true
+		if t := cs.State.Terminated; t != nil {
+			if c, ok := startFailed(t, cs.RestartCount); ok {
+				return c, true
+			}
 		}
 		// Restarted after a failure and not yet ready (its readiness probe
 		// asks whether qemu runs): still failing, until the VM runs.

@@ -43,6 +43,9 @@ const (
 	ReasonPodCreateFailed = "PodCreateFailed"
 	ReasonCrashLoop       = "RunnerCrashLoop"
 	ReasonQemuFailed      = "QemuFailed"
+	// ReasonNetworkFailed: the runner could not set up the VM's network
+	// on its node; the message says what is missing.
+	ReasonNetworkFailed   = "NetworkFailed"
 	ReasonUnschedulable   = "Unschedulable"
 	ReasonImagePull       = "ImagePullFailed"
 	ReasonContainerCreate = "ContainerCreateFailed"
