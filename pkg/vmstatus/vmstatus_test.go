@@ -42,6 +42,15 @@ func TestPodFailure(t *testing.T) {
 	require.Equal(t, v1.ReasonQemuFailed, c.Reason)
 	require.Equal(t, "qemu refused to start (exited with code 1): qemu-system-x86_64: unable to find CPU model 'nehalem' (5 restarts).", c.Message)
 
+	noNetwork := crashing.DeepCopy()
+	noNetwork.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{
+		ExitCode: runnerexit.Network, Message: `network 0 (tap): bridge "br9" does not exist on node n1: create it there, or choose another bridge`,
+	}
+	c, ok = failed(noNetwork)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonNetworkFailed, c.Reason)
+	require.Equal(t, `network 0 (tap): bridge "br9" does not exist on node n1: create it there, or choose another bridge (5 restarts).`, c.Message)
+
 	// Right after the exit, before the kubelet's back-off.
 	justExited := refused.DeepCopy()
 	cs := &justExited.Status.ContainerStatuses[0]
