@@ -271,7 +271,7 @@ func cleanStale() {
 		}
 		os.Remove(stateFile)
 	}
-	for _, t := range []string{"filter", "nat"} {
+	for _, t := range []string{"filter", "mangle"} {
 		out, err := exec.Command("iptables", "-t", t, "-S").Output()
 		if err != nil {
 			continue

@@ -92,11 +92,11 @@ func testServiceRangeStays(t *testing.T, n *Node) {
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "dev "+Bridge, "the route to an address of %s", testcluster.ServiceCIDR)
 	for _, rule := range [][]string{
-		{"FORWARD", "-s", Subnet, "!", "-d", Subnet, "-j", "DROP"},
-		{"OUTPUT", "-m", "conntrack", "--ctstate", "DNAT", "--ctorigdst", testcluster.ServiceCIDR, "!", "-d", Subnet, "-j", "DROP"},
-		{"OUTPUT", "-m", "conntrack", "--ctstate", "DNAT", "--ctorigdst", IP, "!", "-d", Subnet, "-j", "DROP"},
+		{"mangle", "FORWARD", "-s", Subnet, "!", "-d", Subnet, "-j", "DROP"},
+		{"filter", "OUTPUT", "-m", "conntrack", "--ctstate", "DNAT", "--ctorigdst", testcluster.ServiceCIDR, "!", "-d", Subnet, "-j", "DROP"},
+		{"filter", "OUTPUT", "-m", "conntrack", "--ctstate", "DNAT", "--ctorigdst", IP, "!", "-d", Subnet, "-j", "DROP"},
 	} {
-		args := append([]string{"-C"}, append(rule, "-m", "comment", "--comment", ruleComment)...)
+		args := append([]string{"-t", rule[0], "-C"}, append(rule[1:], "-m", "comment", "--comment", ruleComment)...)
 		out, err := exec.Command("iptables", args...).CombinedOutput()
 		require.NoError(t, err, "iptables %v: %s", args, out)
 	}

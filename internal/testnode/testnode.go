@@ -223,20 +223,25 @@ func (n *Node) setUpBridge() error {
 // runs and whatever it does. kube-proxy translates a ClusterIP or NodePort
 // to an endpoint, and rejects a Service with none, but it has no rule for
 // an address of the range that no Service holds: that would follow the
-// default route out, so the whole range goes to the bridge. Nothing a pod
-// or guest sends may leave the machine. And the node's own Service
+// default route out, so the whole range goes to the bridge.
+//
+// Nothing a pod or guest sends may leave the machine: the rule is in the
+// mangle table, before kube-proxy's filter rules, which accept what they
+// masquerade (a pod's packets to a NodePort). And the node's own Service
 // traffic, which kube-proxy would send to any endpoint (one a test writes
-// by hand may be anywhere), may reach only the node and its pods.
+// by hand may be anywhere), may reach only the node and its pods: in the
+// filter table, after kube-proxy's translation.
 func (n *Node) routeServices() error {
 	if err := run("ip", "route", "replace", testcluster.ServiceCIDR, "dev", Bridge); err != nil {
 		return err
 	}
 	n.host.undo("service route", func() error { return run("ip", "route", "del", testcluster.ServiceCIDR, "dev", Bridge) })
-	if err := n.host.insertRule("filter", "FORWARD", "-s", Subnet, "!", "-d", Subnet, "-j", "DROP"); err != nil {
+	if err := n.host.insertRule("mangle", "FORWARD", "-s", Subnet, "!", "-d", Subnet, "-j", "DROP"); err != nil {
 		return err
 	}
-	// IP without a mask: iptables-nft deletes such a rule only as it
-	// was written, and prints it without.
+	// IP without /32: iptables-nft prints the rule without the mask, and
+	// cleanStale finds a rule by what iptables prints only if it was
+	// written so.
 	for _, service := range []string{testcluster.ServiceCIDR, IP} {
 		if err := n.host.insertRule("filter", "OUTPUT", "-m", "conntrack", "--ctstate", "DNAT",
 			"--ctorigdst", service, "!", "-d", Subnet, "-j", "DROP"); err != nil {
@@ -415,7 +420,8 @@ func (n *Node) runKubelet(ctx context.Context) error {
 // Stop ends everything Start began and undoes its changes to the host:
 // pods first (their containers, networks and block volume mappings), then
 // the kubelet, containerd, the control plane with kube-proxy, loop devices
-// and network rules (kube-proxy's chains among them). It returns what could not be undone.
+// and network rules (kube-proxy's chains among them). It returns what
+// could not be undone.
 func (n *Node) Stop() error {
 	var errs []error
 	if n.Cluster != nil && n.Kubelet != nil {
