@@ -72,12 +72,17 @@ spec:
     - cdrom: {image: ""}
     display:
       spice: {port: 5910}
+    networks:
+    - tap: {bridge: br-lan}
 `
 
 const stoppedVM = `
 metadata: {name: stopped}
 spec:
-  vm: {maximumCpus: 2}
+  vm:
+    maximumCpus: 2
+    networks:
+    - pod: {}
 `
 
 const gitopsVM = `
@@ -101,6 +106,10 @@ spec:
     maximumRam: 16Gi
     currentRam: 12Gi
     display: {}
+    networks:
+    - pod:
+        ports: [{port: 22}, {port: 53, protocol: UDP}]
+    - user: {}
 `
 
 // Env is the cluster with the VMs.

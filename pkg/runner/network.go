@@ -51,7 +51,7 @@ func checkTapNetworks(vm *runnerconfig.VM) error {
 // the guest its address by DHCP until ctx ends; nothing without a pod
 // network.
 func (r *Runner) setUpPodNetwork(ctx context.Context) error {
-	n := podNetworkOf(&r.config.VM)
+	n := r.config.VM.PodNetwork()
 	if n == nil {
 		return nil
 	}
@@ -85,16 +85,6 @@ func (r *Runner) setUpPodNetwork(ctx context.Context) error {
 	}()
 	r.podNet, r.podMAC = pn, n.MAC
 	r.log.Info("Guest on the pod network", "podIP", pn.PodIP, "guest", pn.Guest, "uplink", pn.Uplink, "mtu", pn.MTU)
-	return nil
-}
-
-// podNetworkOf is the VM's pod network, nil without one.
-func podNetworkOf(vm *runnerconfig.VM) *runnerconfig.Network {
-	for i := range vm.Network {
-		if vm.Network[i].Type == runnerconfig.NetworkPod {
-			return &vm.Network[i]
-		}
-	}
 	return nil
 }
 

@@ -104,6 +104,16 @@ type Network struct {
 	Ports  []Port `json:"ports,omitempty"`
 }
 
+// PodNetwork is the VM's pod network, nil without one.
+func (v *VM) PodNetwork() *Network {
+	for i := range v.Network {
+		if v.Network[i].Type == NetworkPod {
+			return &v.Network[i]
+		}
+	}
+	return nil
+}
+
 // Port is a port of the pod that a pod network passes to the guest.
 type Port struct {
 	Port     int    `json:"port"`

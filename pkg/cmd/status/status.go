@@ -159,6 +159,7 @@ func (o *Options) print(v *View, pvcs []corev1.PersistentVolumeClaim) error {
 			field("CD drives", "<none>")
 		}
 		field("Display", o.display(v))
+		field("Networks", networks(v))
 	}
 	if restart, why := v.RestartPending(); restart {
 		field("Restart pending", withMessage("yes", why))
@@ -252,6 +253,40 @@ func (o *Options) display(v *View) string {
 		s += ", console client: " + cmp.Or(v.ConsoleClient(), "none")
 	}
 	return s
+}
+
+// networks says how each NIC reaches the world, and how the guest is
+// reached.
+func networks(v *View) string {
+	var nics []string
+	for _, n := range v.Config.VM.Network {
+		switch n.Type {
+		case runnerconfig.NetworkPod:
+			ports := "all ports"
+			if len(n.Ports) > 0 {
+				var p []string
+				for _, port := range n.Ports {
+					p = append(p, fmt.Sprintf("%d/%s", port.Port, port.Protocol))
+				}
+				ports = "ports " + strings.Join(p, ", ")
+			} else if d := v.Config.VM.Display; d != nil && d.Spice != nil {
+				ports += fmt.Sprintf(" but %d/TCP (SPICE)", d.Spice.Port)
+			}
+			at := "the pod's IP"
+			if v.Pod != nil && v.Pod.Status.PodIP != "" {
+				at = v.Pod.Status.PodIP
+			}
+			nics = append(nics, fmt.Sprintf("pod (%s of %s reach the guest)", ports, at))
+		case runnerconfig.NetworkTap:
+			nics = append(nics, "tap on the node's bridge "+n.Bridge)
+		default:
+			nics = append(nics, n.Type)
+		}
+	}
+	if len(nics) == 0 {
+		return "<none>"
+	}
+	return strings.Join(nics, "; ")
 }
 
 // sizes puts what the spec asks for next to what is in use.

@@ -243,9 +243,13 @@ func (v *View) Interfaces() []v1.GuestInterface {
 	return v.VM.VM.Status.Interfaces
 }
 
-// IP is the guest's first address as its agent reports it, without its
-// prefix length; "" when unknown.
+// IP is where the guest is reached: the pod's IP for a guest on the pod's
+// network, else the guest's first address as its agent reports it,
+// without its prefix length; "" when unknown.
 func (v *View) IP() string {
+	if v.Config != nil && v.Config.VM.PodNetwork() != nil && v.Pod != nil && v.Pod.Status.PodIP != "" {
+		return v.Pod.Status.PodIP
+	}
 	for _, i := range v.Interfaces() {
 		for _, a := range i.IPAddresses {
 			ip, _, _ := strings.Cut(a, "/")
