@@ -1,7 +1,9 @@
 package node
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/internal/debianguest"
 	"github.com/vmop/vmop/internal/eventually"
@@ -23,8 +26,10 @@ import (
 // SSH key, its pod boots the real Debian guest from a Block disk, the
 // serial console shows the guest's login prompt and answers what is typed,
 // and kubectl vm ssh runs commands in the guest with the user's own ssh,
-// through the API server, pods/exec and the runner's forward on qemu's user
-// network to the guest's sshd.
+// through the API server, pods/exec and the runner to the guest's sshd on
+// the pod's network (create's default), where the node reaches it too, at
+// the pod's IP; Debian's own DHCP client took the address the runner
+// serves.
 func TestDebianServer(t *testing.T) {
 	const ns, vm = "server", "deb"
 	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
@@ -104,6 +109,20 @@ func TestDebianServer(t *testing.T) {
 		var exit *exec.ExitError
 		require.ErrorAs(t, err, &exit)
 		require.Equal(t, 3, exit.ExitCode(), "the remote command's exit code")
+	})
+
+	t.Run("sshd at the pod's IP", func(t *testing.T) {
+		pod, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
+		require.NoError(t, err)
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(pod.Status.PodIP, "22"), 20*time.Second)
+		require.NoError(t, err)
+		defer c.Close()
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Second)))
+		banner, err := bufio.NewReader(c).ReadString('\n')
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(banner, "SSH-2.0-OpenSSH_"), "banner %q", banner)
+		// The agent reports the address the runner's DHCP server gave.
+		require.Contains(t, alice(t, "status", vm), "10.0.2.15/24")
 	})
 
 	start = time.Now()

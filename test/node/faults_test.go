@@ -86,6 +86,18 @@ func TestFaults(t *testing.T) {
 		requireEvents(t, ns, "vm/"+vm, "StartFailed", "unable to find CPU model 'no-such-cpu'")
 	})
 
+	t.Run("tap network without its bridge", func(t *testing.T) {
+		const vm = "nobridge"
+		addGuestDisk(t, ns, vm)
+		manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "    disks:\n", "    networks:\n    - tap: {bridge: nosuchbr0}\n    disks:\n", 1)
+		kubectl(t, manifest, "apply", "-f", "-")
+		defer deleteVM(t, ns, vm)
+		kubectl(t, "", "vm", "start", "-n", ns, vm)
+		out := failedWith(t, vm, v1.ReasonNetworkFailed)
+		require.Contains(t, out, `bridge "nosuchbr0" does not exist on node`)
+		requireEvents(t, ns, "vm/"+vm, "StartFailed", `network 0 (tap): bridge "nosuchbr0" does not exist on node`)
+	})
+
 	// The survivor's CD image is not in the image repository: the VM boots
 	// its disk without it, and says so.
 	const vm = "survivor"

@@ -2,7 +2,6 @@ package node
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -29,12 +28,7 @@ import (
 // it serves its echo port (testguest.EchoPort). Nothing the guest might
 // send leaves the machine: the test node drops what the pod network
 // forwards elsewhere.
-func portsVM(vm, ns string) string {
-	m := fmt.Sprintf(guestVM, vm, ns)
-	m = strings.Replace(m, "state: Stopped", "state: Running", 1)
-	m = strings.Replace(m, "    - cdrom:\n        image: \"\"\n", "", 1)
-	return strings.Replace(m, "    disks:\n", "    networks:\n    - user: {}\n    disks:\n", 1)
-}
+func portsVM(vm, ns string) string { return networkVM(vm, ns, "user: {}") }
 
 // TestGuestPorts reaches the test guest's echo service with kubectl vm
 // port-forward, in GitOps mode (no operator): local ports, --stdio, and

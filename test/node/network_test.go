@@ -1,0 +1,123 @@
+package node
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmop/vmop/internal/eventually"
+	"github.com/vmop/vmop/internal/testguest"
+	"github.com/vmop/vmop/pkg/install"
+)
+
+// networkVM is the test guest, running, with one NIC of the given kind
+// (a YAML flow mapping such as "pod: {}"), on which it serves its echo
+// port (testguest.EchoPort).
+func networkVM(vm, ns, network string) string {
+	m := fmt.Sprintf(guestVM, vm, ns)
+	m = strings.Replace(m, "state: Stopped", "state: Running", 1)
+	m = strings.Replace(m, "    - cdrom:\n        image: \"\"\n", "", 1)
+	return strings.Replace(m, "    disks:\n", "    networks:\n    - "+network+"\n    disks:\n", 1)
+}
+
+// echo sends a line to the guest's echo service at addr and wants it back.
+func echo(t *testing.T, addr, line string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 20*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+	_, err = io.WriteString(c, line)
+	require.NoError(t, err)
+	got := make([]byte, len(line))
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err, "echo from %s", addr)
+	require.Equal(t, line, string(got))
+}
+
+// TestNetworkPod: the test guest on its pod's network (GitOps mode, no
+// operator) takes its address from the runner's DHCP server and is
+// reached at the pod's IP like any pod: from the node, through a Service
+// that kubectl vm expose makes (kube-proxy on the node), and through
+// kubectl vm port-forward; the pod keeps its SPICE port.
+func TestNetworkPod(t *testing.T) {
+	const ns, vm = "podnet", "web"
+	createNamespace(t, ns)
+	grantRunner(t, ns)
+	addGuestDisk(t, ns, vm, testguest.DHCP)
+	file := filepath.Join(t.TempDir(), "vm.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(networkVM(vm, ns, "pod: {}")), 0o644))
+	rendered := kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
+	kubectl(t, rendered, "apply", "-f", "-")
+	t.Cleanup(func() {
+		_, _, _ = kubectlResult(t.Context(), rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
+	})
+	// The lease: the guest's address, the pod's side as its router, the
+	// pod's MTU (the node's bridge: 1500) and the VM's name.
+	lease := waitConsole(t, ns, vm, testguest.DHCPLine, 4*time.Minute)
+	require.Equal(t, testguest.DHCPLine+"10.0.2.15/24 router 10.0.2.2 mtu 1500 hostname "+vm, lease)
+	waitConsole(t, ns, vm, testguest.EchoLine, time.Minute)
+	pod, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	podIP := pod.Status.PodIP
+	require.NotEmpty(t, podIP)
+	require.False(t, pod.Spec.HostNetwork)
+
+	t.Run("from the node at the pod's IP", func(t *testing.T) {
+		start := time.Now()
+		echo(t, net.JoinHostPort(podIP, "7"), "hello at the pod's IP\n")
+		t.Logf("first echo at %s:7 after %v", podIP, time.Since(start).Round(time.Millisecond))
+		// Nothing listens on the guest's port 8: the guest refuses, not
+		// the pod, which would have no reason to answer at all.
+		_, err := net.DialTimeout("tcp", net.JoinHostPort(podIP, "8"), 20*time.Second)
+		require.ErrorContains(t, err, "connection refused")
+	})
+
+	t.Run("the pod keeps its SPICE port", func(t *testing.T) {
+		// The guest has nothing on 5910: a connection there is the pod's
+		// SPICE server, which waits for the client's first words.
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(podIP, "5910"), 20*time.Second)
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = c.Write([]byte("REDQ")) // SPICE's link magic, then garbage
+		require.NoError(t, err)
+	})
+
+	t.Run("through a Service", func(t *testing.T) {
+		out := kubectl(t, "", "vm", "expose", "-n", ns, vm, "--port", "7007:7")
+		t.Log(out)
+		svc, err := node.Client.CoreV1().Services(ns).Get(t.Context(), vm+"-7007", metav1.GetOptions{})
+		require.NoError(t, err)
+		eventually.Within(t, time.Minute, func() string {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(svc.Spec.ClusterIP, "7007"), 5*time.Second)
+			if err != nil {
+				return fmt.Sprintf("Service %s at %s:7007: %v", svc.Name, svc.Spec.ClusterIP, err)
+			}
+			c.Close()
+			return ""
+		})
+		echo(t, net.JoinHostPort(svc.Spec.ClusterIP, "7007"), "hello through the Service\n")
+	})
+
+	t.Run("through kubectl vm port-forward", func(t *testing.T) {
+		out, errOut, err := kubectlResult(t.Context(), "hello through the runner\n", "vm", "port-forward", "--stdio", "7", "-n", ns, vm)
+		require.NoError(t, err, "stderr: %s", errOut)
+		require.Equal(t, "hello through the runner\n", out)
+	})
+
+	t.Run("status and list", func(t *testing.T) {
+		out := kubectl(t, "", "vm", "status", "-n", ns, vm)
+		require.Contains(t, out, "pod (all ports but 5910/TCP (SPICE) of "+podIP+" reach the guest)")
+		out = kubectl(t, "", "vm", "list", "-n", ns, "-o", "wide")
+		require.Regexp(t, regexp.MustCompile(`(?m)^`+vm+`\s.*\s`+regexp.QuoteMeta(podIP)+`\s*$`), out)
+	})
+}
