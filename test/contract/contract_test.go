@@ -282,9 +282,11 @@ func (q *qemuChecker) localize(t *testing.T, c *runnerconfig.Config, dir string)
 			d.File = filepath.Join(q.repo, strings.TrimPrefix(d.File, runnerconfig.ImageRepositoryDir+"/"))
 		}
 	}
+	// A bridge of the host, or the pod's network, which the runner sets up
+	// only in a pod: qemu checks a NIC of the same model on a user network.
 	for i := range c.VM.Network {
-		if n := &c.VM.Network[i]; n.Type == runnerconfig.NetworkTap {
-			n.Type, n.Bridge = runnerconfig.NetworkUser, ""
+		if n := &c.VM.Network[i]; n.Type == runnerconfig.NetworkTap || n.Type == runnerconfig.NetworkPod {
+			n.Type, n.Bridge, n.Net, n.Ports = runnerconfig.NetworkUser, "", "", nil
 		}
 	}
 	if d := c.VM.Display; d != nil && d.Spice != nil {
