@@ -1,10 +1,14 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/testguest"
+	"github.com/vmop/vmop/pkg/dhcp"
 	"github.com/vmop/vmop/pkg/install"
 )
 
@@ -120,4 +125,52 @@ func TestNetworkPod(t *testing.T) {
 		out = kubectl(t, "", "vm", "list", "-n", ns, "-o", "wide")
 		require.Regexp(t, regexp.MustCompile(`(?m)^`+vm+`\s.*\s`+regexp.QuoteMeta(podIP)+`\s*$`), out)
 	})
+}
+
+// TestNetworkBridge: the test guest on a bridge of the node (a tap
+// network, VM-Operator's mode, the pod on the host's network) takes its
+// address from a DHCP server on that bridge and answers the node there.
+// The bridge is the test's own, and nothing crosses it to elsewhere.
+func TestNetworkBridge(t *testing.T) {
+	const ns, vm, bridge = "bridged", "lan", "vmoptbr0"
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x97, 0x00, 0x0f}
+	_ = exec.Command("ip", "link", "del", bridge).Run() // a killed run's
+	host(t, "ip", "link", "add", bridge, "type", "bridge")
+	t.Cleanup(func() { host(t, "ip", "link", "del", bridge) })
+	host(t, "ip", "addr", "add", "10.97.0.1/24", "dev", bridge)
+	host(t, "ip", "link", "set", bridge, "up")
+	drop := []string{"FORWARD", "-i", bridge, "-j", "DROP"}
+	host(t, append([]string{"iptables", "-I"}, drop...)...)
+	t.Cleanup(func() { host(t, append([]string{"iptables", "-D"}, drop...)...) })
+	srv, err := dhcp.Listen(t.Context(), bridge, dhcp.Lease{
+		MAC: mac, Addr: netip.MustParsePrefix("10.97.0.15/24"), Router: netip.MustParseAddr("10.97.0.1"),
+		Hostname: vm, MTU: 1500, Duration: time.Hour,
+	})
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	t.Cleanup(func() { require.NoError(t, <-served) })
+
+	createNamespace(t, ns)
+	grantRunner(t, ns)
+	addGuestDisk(t, ns, vm, testguest.DHCP)
+	file := filepath.Join(t.TempDir(), "vm.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(networkVM(vm, ns, fmt.Sprintf("tap: {bridge: %s, mac: %q}", bridge, mac))), 0o644))
+	rendered := kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
+	kubectl(t, rendered, "apply", "-f", "-")
+	t.Cleanup(func() {
+		_, _, _ = kubectlResult(context.Background(), rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
+	})
+	lease := waitConsole(t, ns, vm, testguest.DHCPLine, 4*time.Minute)
+	require.Equal(t, testguest.DHCPLine+"10.97.0.15/24 router 10.97.0.1 mtu 1500 hostname "+vm, lease)
+	waitConsole(t, ns, vm, testguest.EchoLine, time.Minute)
+	echo(t, "10.97.0.15:7", "hello on the node's bridge\n")
+	require.Contains(t, kubectl(t, "", "vm", "status", "-n", ns, vm), "tap on the node's bridge "+bridge)
+}
+
+// host runs a command that changes the node's host, as root.
+func host(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	require.NoError(t, err, "%s: %s", strings.Join(args, " "), out)
 }
