@@ -22,7 +22,10 @@ import (
 // loopback, which would take the route_localnet sysctl), its servers
 // listen on loopback, and it sets no conntrack sysctl (they are the
 // machine's, not the test's). The pod subnet is the cluster's, so that
-// pods' own Service traffic is not masqueraded.
+// pods' own Service traffic is not masqueraded. kube-proxy needs no
+// conntrack program (it clears entries over netlink); besides its iptables
+// and ip6tables chains it leaves nfacct counters in the kernel, which the
+// node removes with the chains (host.go).
 func (n *Node) startKubeProxy(ctx context.Context, bin string) error {
 	ports, err := testcluster.FreePorts(2)
 	if err != nil {

@@ -52,13 +52,14 @@ func testServices(t *testing.T, n *Node, before map[string]string) {
 	created := time.Now()
 	clusterIP := net.JoinHostPort(svc.Spec.ClusterIP, "80")
 	var answer string
+	var askErr error
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		// A short wait: a connection begun before kube-proxy has the
 		// Service goes to the bridge, and stays there until it fails.
-		answer, err = ask(clusterIP, 500*time.Millisecond)
-		return err == nil, nil
+		answer, askErr = ask(clusterIP, 500*time.Millisecond)
+		return askErr == nil, nil
 	})
-	require.NoError(t, err, "ClusterIP %s: %v", clusterIP, err)
+	require.NoError(t, err, "ClusterIP %s: %v", clusterIP, askErr)
 	t.Logf("ClusterIP %s answered %v after the Service's create", clusterIP, time.Since(created).Round(time.Millisecond))
 	require.Equal(t, "server\n", answer)
 
