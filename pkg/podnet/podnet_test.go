@@ -1,8 +1,12 @@
 package podnet
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -11,28 +15,63 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/pkg/dhcp"
 )
 
 // helperEnv makes the test binary run Setup (in the network namespace it
-// was started in) instead of the tests, and print the Network as JSON.
-const helperEnv = "VMOP_PODNET_SETUP"
+// was started in) instead of the tests, and print the Network as JSON;
+// with serveEnv (a MAC) it then serves that guest DHCP, as the runner
+// does, until its stdin closes.
+const (
+	helperEnv = "VMOP_PODNET_SETUP"
+	serveEnv  = "VMOP_PODNET_SERVE"
+)
 
 func TestMain(m *testing.M) {
 	if opts := os.Getenv(helperEnv); opts != "" {
-		var o Options
-		if err := json.Unmarshal([]byte(opts), &o); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		n, err := Setup(o)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		_ = json.NewEncoder(os.Stdout).Encode(n)
-		os.Exit(0)
+		os.Exit(helper(opts, os.Getenv(serveEnv)))
 	}
 	os.Exit(m.Run())
+}
+
+func helper(opts, mac string) int {
+	var o Options
+	if err := json.Unmarshal([]byte(opts), &o); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	n, err := Setup(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if mac == "" {
+		_ = json.NewEncoder(os.Stdout).Encode(n)
+		return 0
+	}
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := dhcp.Listen(ctx, Tap, n.Lease(hw, "bench"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	_ = json.NewEncoder(os.Stdout).Encode(n)
+	if err := srv.Serve(ctx, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 // pod is a network namespace with a veth pair to the test's, as a CNI
@@ -41,7 +80,7 @@ type pod struct {
 	ns, resolv string
 }
 
-func newPod(t *testing.T) *pod {
+func newPod(t testing.TB) *pod {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: makes network namespaces")
@@ -56,6 +95,8 @@ func newPod(t *testing.T) *pod {
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.ns).Run() })
 	run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", p.ns)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", host).Run() })
+	// The node's side: the pod's router, and the host's route to the pod.
+	run(t, "ip", "addr", "add", "10.98.7.1/24", "dev", host)
 	run(t, "ip", "link", "set", host, "up")
 	run(t, "ip", "netns", "exec", p.ns, "ip", "link", "set", "eth0", "mtu", "1450", "up")
 	run(t, "ip", "netns", "exec", p.ns, "ip", "addr", "add", "10.98.7.2/24", "dev", "eth0")
@@ -64,7 +105,7 @@ func newPod(t *testing.T) *pod {
 }
 
 // setup runs Setup in the pod's namespace.
-func (p *pod) setup(t *testing.T, o Options) (*Network, error) {
+func (p *pod) setup(t testing.TB, o Options) (*Network, error) {
 	t.Helper()
 	opts, err := json.Marshal(o)
 	require.NoError(t, err)
@@ -81,12 +122,12 @@ func (p *pod) setup(t *testing.T, o Options) (*Network, error) {
 	return &n, nil
 }
 
-func (p *pod) run(t *testing.T, args ...string) string {
+func (p *pod) run(t testing.TB, args ...string) string {
 	t.Helper()
 	return run(t, append([]string{"ip", "netns", "exec", p.ns}, args...)...)
 }
 
-func run(t *testing.T, args ...string) string {
+func run(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	require.NoError(t, err, "%s: %s", strings.Join(args, " "), out)
