@@ -293,6 +293,7 @@ var celInvalidVMs = []struct{ name, patch, want string }{
 	{"IPv6 user network", `vm: {networks: [{user: {net: "fd00::/64"}}]}`, `must be an IPv4 network in CIDR notation with a prefix of 4 to 27 bits`},
 	{"two pod networks", `vm: {networks: [{pod: {}}, {pod: {}}]}`, `spec.vm.networks: Invalid value: only one network may be the pod's`},
 	{"pod and tap networks", `vm: {networks: [{pod: {}}, {tap: {}}]}`, `spec.vm.networks: Invalid value: a pod network cannot be combined with a tap network`},
+	{"the SPICE port passed to the guest", `vm: {networks: [{pod: {ports: [{port: 5900}]}}]}`, `spec.vm.networks: Invalid value: a pod network's ports must not include the pod's own SPICE port`},
 	{"a pod port twice", `vm: {networks: [{pod: {ports: [{port: 22}, {port: 22, protocol: TCP}]}}]}`, `spec.vm.networks[0].pod.ports: Invalid value: each port and protocol at most once`},
 	{"image source and repository", `image: {source: a/b:c, repository: a}`, `spec.image: Invalid value: give either source or repository/path/version, not both`},
 }
