@@ -49,6 +49,12 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 	if err != nil {
 		return 0, c.writeStatus(ctx, u, invalidStatus(u, err))
 	}
+	if msg, conflict := macConflict(s.vms, vm); conflict {
+		// Nothing is applied, as for an invalid spec; checked again
+		// later, as the other VM may go.
+		st := failedStatus(u, v1.ReasonMACConflict, msg)
+		return macRecheck, c.writeStatus(ctx, u, st)
+	}
 
 	// A failed write does not end the reconcile: the VM's status must
 	// tell of it, since users cannot read the operator's log.

@@ -125,7 +125,12 @@ func (c *Controller) createFailure(ctx context.Context, sts *appsv1.StatefulSet)
 
 // invalidStatus is the status of a VM whose spec cannot be rendered.
 func invalidStatus(u *unstructured.Unstructured, err error) opStatus {
-	f := vmstatus.Condition(v1.ConditionFailed, true, v1.ReasonInvalidSpec, err.Error())
+	return failedStatus(u, v1.ReasonInvalidSpec, err.Error())
+}
+
+// failedStatus is the status of a VM the operator applies nothing of.
+func failedStatus(u *unstructured.Unstructured, reason, msg string) opStatus {
+	f := vmstatus.Condition(v1.ConditionFailed, true, reason, msg)
 	f.ObservedGeneration = u.GetGeneration()
 	return opStatus{ObservedGeneration: u.GetGeneration(), Conditions: []metav1.Condition{f}}
 }

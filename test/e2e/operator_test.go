@@ -207,6 +207,35 @@ func TestOperator(t *testing.T) {
 	// cannot read the operator's log: the status, kubectl vm status and
 	// the events must tell them, and the VM must recover by itself once
 	// the policy is gone.
+	t.Run("a tap MAC that an older VM of the namespace has is refused until that VM goes", func(t *testing.T) {
+		ns := e.namespace("macs", nil)
+		withMAC := func(name string) string {
+			return strings.Replace(fmt.Sprintf(runningVM, name), "    disks:\n", "    networks:\n    - tap: {mac: \"52:54:00:AA:00:01\"}\n    disks:\n", 1)
+		}
+		e.createVM(ns, withMAC("first"))
+		e.waitStatus(ns, "first", 60*time.Second, "running", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, v1.ConditionRunning).Status == metav1.ConditionTrue
+		})
+		e.createVM(ns, withMAC("second"))
+		st := e.waitStatus(ns, "second", 30*time.Second, "refused", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, v1.ConditionFailed).Reason == v1.ReasonMACConflict
+		})
+		require.Equal(t, "second: spec.vm.networks[0].tap.mac: 52:54:00:aa:00:01 is also a tap NIC's of VM first, which is older: two guests with one MAC on a bridge take each other's traffic; give this one another MAC",
+			condition(st, v1.ConditionFailed).Message)
+		_, err := e.kube.AppsV1().StatefulSets(ns).Get(t.Context(), "second", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "nothing of the refused VM is applied: %v", err)
+		stdout, _, err := e.plugin(t.Context(), "status", "-n", ns, "second")
+		require.NoError(t, err)
+		require.Regexp(t, `(?m)^  Failed\s+True\s+MACConflict\s`, stdout)
+		require.Regexp(t, `(?m)^  Warning\s+MACConflict\s+.*is also a tap NIC's of VM first`, stdout)
+
+		// The older VM goes: the other one is applied at its next check.
+		require.NoError(t, e.vms(ns).Delete(t.Context(), "first", metav1.DeleteOptions{}))
+		e.waitStatus(ns, "second", 90*time.Second, "running once the other is gone", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, v1.ConditionRunning).Status == metav1.ConditionTrue && condition(st, v1.ConditionFailed).Status == metav1.ConditionFalse
+		})
+	})
+
 	t.Run("a write the API server refuses shows in the status and events until it succeeds", func(t *testing.T) {
 		ctx := t.Context()
 		ns := e.namespace("refused", nil)

@@ -45,7 +45,10 @@ const (
 	ReasonQemuFailed      = "QemuFailed"
 	// ReasonNetworkFailed: the runner could not set up the VM's network
 	// on its node; the message says what is missing.
-	ReasonNetworkFailed   = "NetworkFailed"
+	ReasonNetworkFailed = "NetworkFailed"
+	// ReasonMACConflict: an older VM of the namespace has a tap NIC with
+	// the same MAC; nothing of the VM is applied.
+	ReasonMACConflict     = "MACConflict"
 	ReasonUnschedulable   = "Unschedulable"
 	ReasonImagePull       = "ImagePullFailed"
 	ReasonContainerCreate = "ContainerCreateFailed"
