@@ -89,6 +89,8 @@ func TestClusterCompletionThroughKubectl(t *testing.T) {
 	require.Equal(t, []string{"db"}, completions(t, env, "vm", "ssh", "-n", "vms", "d"))
 	require.Equal(t, []string{"db", "web"}, completions(t, env, "vm", "port-forward", "-n", "vms", ""))
 	require.Empty(t, completions(t, env, "vm", "port-forward", "-n", "vms", "web", ""), "ports are no VM names")
+	require.Equal(t, []string{"db", "web"}, completions(t, env, "vm", "expose", "-n", "vms", ""))
+	require.Equal(t, []string{"ClusterIP", "NodePort", "LoadBalancer"}, completions(t, env, "vm", "expose", "-n", "vms", "web", "--type", ""))
 	require.Subset(t, completions(t, env, "vm", "status", "-n", ""), []string{"default", "kube-system", "vms"})
 	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
 	require.NoError(t, err)

@@ -17,7 +17,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/vmop/vmop/internal/eventually"
@@ -173,10 +176,90 @@ func TestCommands(t *testing.T) {
 		require.EqualValues(t, 0, *e.statefulSet(t, ns, "g1").Spec.Replicas)
 	})
 
+	t.Run("expose", func(t *testing.T) {
+		// A Service for a running VM's pod, in both modes, as a vm-user;
+		// in operator mode the garbage collector deletes it with the VM.
+		withNet := func(networks string) string {
+			return strings.Replace(runningVM, "    display:", "    networks: "+networks+"\n    display:", 1)
+		}
+		for _, m := range []struct {
+			mode, manifest, warning string
+			operator                bool
+		}{
+			{"operator", withNet("[{pod: {ports: [{port: 22}]}}]"), "guest port 80/TCP is not one its pod network passes (spec.vm.networks[0].pod.ports: 22/TCP): Service port 8080 reaches nothing of the guest", true},
+			{"gitops", withNet("[{user: {}}]"), "the guest is not on the pod network (its networks: user): the Service reaches nothing of the guest", false},
+		} {
+			t.Run(m.mode, func(t *testing.T) {
+				ns := e.namespace("expose-"+m.mode, nil)
+				run, fail := asVMUser(t, ns)
+				if m.operator {
+					e.createVM(ns, fmt.Sprintf(m.manifest, "x1"))
+				} else {
+					e.applyRendered(t, ns, fmt.Sprintf(m.manifest, "x1"))
+				}
+				out, errOut := run(t, "expose", "-n", ns, "x1", "--port", "22", "--port", "8080:80", "--type", "NodePort")
+				require.Equal(t, "service/x1-22 created\n", out)
+				require.Equal(t, "warning: "+ns+"/x1: "+m.warning+"\n", errOut)
+				require.Contains(t, fail(t, "expose", "-n", ns, "x1", "--port", "22"), `service "x1-22" already exists in namespace "`+ns+`"`)
+
+				svc, err := e.kube.CoreV1().Services(ns).Get(ctx, "x1-22", metav1.GetOptions{})
+				require.NoError(t, err)
+				require.Equal(t, corev1.ServiceTypeNodePort, svc.Spec.Type)
+				require.Len(t, svc.Spec.Ports, 2)
+				for i, want := range [][2]int32{{22, 22}, {8080, 80}} {
+					p := svc.Spec.Ports[i]
+					require.Equal(t, want[0], p.Port)
+					require.Equal(t, intstr.FromInt32(want[1]), p.TargetPort)
+					require.Equal(t, corev1.ProtocolTCP, p.Protocol)
+					require.NotZero(t, p.NodePort)
+				}
+				var sts *appsv1.StatefulSet
+				eventually.Within(t, 30*time.Second, func() string {
+					if sts, err = e.kube.AppsV1().StatefulSets(ns).Get(ctx, "x1", metav1.GetOptions{}); err != nil {
+						return err.Error()
+					}
+					return ""
+				})
+				require.Equal(t, sts.Spec.Selector.MatchLabels, svc.Spec.Selector, "the StatefulSet's selector")
+				for k, v := range svc.Spec.Selector {
+					require.Equal(t, v, sts.Spec.Template.Labels[k], "the pod template's label %s", k)
+				}
+				// The pods the Service selects, as the API server reads its
+				// selector: the VM's.
+				eventually.Within(t, 30*time.Second, func() string {
+					pods, err := e.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
+					if err != nil {
+						return err.Error()
+					}
+					if len(pods.Items) != 1 || pods.Items[0].Name != render.PodName("x1") {
+						return fmt.Sprintf("service x1-22 selects %d pods, not only x1-0", len(pods.Items))
+					}
+					return ""
+				})
+
+				if !m.operator {
+					require.Empty(t, svc.OwnerReferences, "GitOps mode: the user deletes it")
+					return
+				}
+				vm := e.getVM(ns, "x1")
+				require.Equal(t, []metav1.OwnerReference{{APIVersion: v1.APIVersion, Kind: v1.Kind, Name: "x1", UID: vm.GetUID()}}, svc.OwnerReferences)
+				require.NoError(t, e.vms(ns).Delete(ctx, "x1", metav1.DeleteOptions{}))
+				eventually.Within(t, 60*time.Second, func() string {
+					_, err := e.kube.CoreV1().Services(ns).Get(ctx, "x1-22", metav1.GetOptions{})
+					if apierrors.IsNotFound(err) {
+						return ""
+					}
+					return fmt.Sprintf("service x1-22 outlives its VM: %v", err)
+				})
+			})
+		}
+	})
+
 	t.Run("errors of every command", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"start", "nope"}, {"stop", "nope"}, {"restart", "nope"}, {"reset", "nope"},
 			{"set", "nope", "--cpus", "1"}, {"cdrom", "nope", "eject"}, {"status", "nope"}, {"console", "nope", "--print-vv"},
+			{"expose", "nope", "--port", "22"},
 		} {
 			name := strings.Join(args, " ")
 			msg := fail(t, append([]string{"-n", "default"}, args...)...)
