@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/runnerexit"
 )
 
 // TestCheckTapNetworks: what a tap network lacks is said before qemu
@@ -35,4 +36,24 @@ func TestCheckTapNetworks(t *testing.T) {
 		require.ErrorContains(t, checkTapNetworks(vm), `network 1 (tap): bridge "`+br+`" does not exist on node `)
 	}
 	require.NoError(t, checkTapNetworks(&runnerconfig.VM{Network: []runnerconfig.Network{{Type: runnerconfig.NetworkUser}}}))
+}
+
+// TestPodNetworkOutsidePod: a stand-alone runner never rewrites its host's
+// network for a pod network; it says so and ends with the network's code.
+func TestPodNetworkOutsidePod(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(`"/Runner":
+  dataDir: `+dir+`/data
+  runtimeDir: `+dir+`/run
+  vm: {name: pod-net, firmware: bios, network: [{type: pod}]}
+`), 0o644))
+	r, err := New(Options{ConfigFile: config, Qemu: "/bin/false"})
+	require.NoError(t, err)
+	err = r.Run(t.Context())
+	var exit *ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, runnerexit.Network, exit.Code)
+	require.ErrorIs(t, err, errNotInPod)
 }
