@@ -5,6 +5,8 @@
 # mmdebstrap for the vm-runner image's Debian root, containerd, runc, the
 # CNI plugins, iptables and nfacct (which removes the counters kube-proxy
 # leaves in the kernel) for the test node that runs vmop's images,
+# iproute2 and nftables for the pod network's tests (network namespaces,
+# the NAT rules read back), busybox's udhcpc for the DHCP server's,
 # syslinux, mtools and dosfstools for the test guest's boot disk, GRUB's
 # BIOS and EFI images and sfdisk for the Debian test guest's disk,
 # openssh-client (ssh, ssh-keygen) for SSH into that guest,
@@ -14,7 +16,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-packages=(etcd-server qemu-system-x86 ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables nfacct syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client)
+packages=(etcd-server qemu-system-x86 ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables nfacct iproute2 nftables syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
