@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -20,12 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/vmop/vmop/internal/imagebuild"
 	"github.com/vmop/vmop/internal/testcluster"
 )
 
-// netcheckImage is the image of ./netcheck, which the Service tests build.
-const netcheckImage = "vmop.test/netcheck:devel"
 
 // proxySysctls names the snapshot of the sysctls kube-proxy could change.
 const proxySysctls = "kube-proxy sysctls"
@@ -36,7 +32,7 @@ const proxySysctls = "kube-proxy sysctls"
 // ClusterIP, a pod on the same bridge as the server.
 func testServices(t *testing.T, n *Node, before map[string]string) {
 	ctx := t.Context()
-	importNetcheck(t, n)
+	require.NoError(t, n.ImportNetcheck(t.Context()))
 	server := netcheckPod("server", "serve", "8080")
 	server.Labels = map[string]string{"app": "netcheck"}
 	runPod(t, n, server, corev1.PodRunning)
@@ -185,24 +181,6 @@ func ask(addr string, timeout time.Duration) (string, error) {
 	return string(b), err
 }
 
-// importNetcheck builds the image of ./netcheck and imports it into the
-// node's containerd.
-func importNetcheck(t *testing.T, n *Node) {
-	module, err := testcluster.ModuleRoot()
-	require.NoError(t, err)
-	b, err := imagebuild.Program(imagebuild.Options{
-		Module:   module,
-		Version:  "devel",
-		Registry: "vmop.test",
-		Created:  time.Unix(0, 0).UTC(),
-		Out:      filepath.Join(t.TempDir(), "images"),
-	}, "netcheck", "./internal/testnode/netcheck")
-	require.NoError(t, err)
-	require.Equal(t, netcheckImage, b.Ref.String())
-	out, err := n.Containerd.Ctr(t.Context(), "images", "import", b.Archive).CombinedOutput()
-	require.NoError(t, err, "ctr images import: %s", out)
-}
-
 // netcheckPod is a pod that runs netcheck with args, once.
 func netcheckPod(name string, args ...string) *corev1.Pod {
 	return &corev1.Pod{
@@ -210,7 +188,7 @@ func netcheckPod(name string, args ...string) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
-				Name: "netcheck", Image: netcheckImage, ImagePullPolicy: corev1.PullNever, Args: args,
+				Name: "netcheck", Image: NetcheckImage, ImagePullPolicy: corev1.PullNever, Args: args,
 			}},
 		},
 	}

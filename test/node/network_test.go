@@ -16,10 +16,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/testguest"
+	"github.com/vmop/vmop/internal/testnode"
 	"github.com/vmop/vmop/pkg/dhcp"
 	"github.com/vmop/vmop/pkg/install"
 )
@@ -52,8 +54,9 @@ func echo(t *testing.T, addr, line string) {
 // TestNetworkPod: the test guest on its pod's network (GitOps mode, no
 // operator) takes its address from the runner's DHCP server and is
 // reached at the pod's IP like any pod: from the node, through a Service
-// that kubectl vm expose makes (kube-proxy on the node), and through
-// kubectl vm port-forward; the pod keeps its SPICE port.
+// that kubectl vm expose makes (kube-proxy on the node), from another pod
+// (at the pod's IP and the Service's), and through kubectl vm
+// port-forward; the pod keeps its SPICE port.
 func TestNetworkPod(t *testing.T) {
 	const ns, vm = "podnet", "web"
 	createNamespace(t, ns)
@@ -97,11 +100,13 @@ func TestNetworkPod(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	var clusterIP string
 	t.Run("through a Service", func(t *testing.T) {
 		out := kubectl(t, "", "vm", "expose", "-n", ns, vm, "--port", "7007:7")
 		t.Log(out)
 		svc, err := node.Client.CoreV1().Services(ns).Get(t.Context(), vm+"-7007", metav1.GetOptions{})
 		require.NoError(t, err)
+		clusterIP = svc.Spec.ClusterIP
 		eventually.Within(t, time.Minute, func() string {
 			c, err := net.DialTimeout("tcp", net.JoinHostPort(svc.Spec.ClusterIP, "7007"), 5*time.Second)
 			if err != nil {
@@ -111,6 +116,18 @@ func TestNetworkPod(t *testing.T) {
 			return ""
 		})
 		echo(t, net.JoinHostPort(svc.Spec.ClusterIP, "7007"), "hello through the Service\n")
+	})
+
+	t.Run("from another pod", func(t *testing.T) {
+		require.NoError(t, node.ImportNetcheck(t.Context()))
+		targets := map[string]string{"client": net.JoinHostPort(podIP, "7")}
+		if clusterIP != "" {
+			targets["client-svc"] = net.JoinHostPort(clusterIP, "7007")
+		}
+		for name, addr := range targets {
+			out := runClient(t, ns, name, "dial", addr, "hello from "+name)
+			require.Equal(t, "hello from "+name+"\n", out, "what %s got back from %s", name, addr)
+		}
 	})
 
 	t.Run("through kubectl vm port-forward", func(t *testing.T) {
@@ -166,6 +183,38 @@ func TestNetworkBridge(t *testing.T) {
 	waitConsole(t, ns, vm, testguest.EchoLine, time.Minute)
 	echo(t, "10.97.0.15:7", "hello on the node's bridge\n")
 	require.Contains(t, kubectl(t, "", "vm", "status", "-n", ns, vm), "tap on the node's bridge "+bridge)
+}
+
+// runClient runs netcheck with args in a pod of namespace ns until it
+// ends, and returns its output; it fails t unless the pod succeeded.
+func runClient(t *testing.T, ns, name string, args ...string) string {
+	t.Helper()
+	pods := node.Client.CoreV1().Pods(ns)
+	_, err := pods.Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "netcheck", Image: testnode.NetcheckImage, ImagePullPolicy: corev1.PullNever, Args: args,
+			}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pods.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	var phase corev1.PodPhase
+	eventually.Within(t, 2*time.Minute, func() string {
+		p, err := pods.Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if phase = p.Status.Phase; phase == corev1.PodSucceeded || phase == corev1.PodFailed {
+			return ""
+		}
+		return fmt.Sprintf("pod %s is %s", name, phase)
+	})
+	out := kubectl(t, "", "logs", "-n", ns, name)
+	require.Equal(t, corev1.PodSucceeded, phase, "netcheck %s: %s", strings.Join(args, " "), out)
+	return out
 }
 
 // host runs a command that changes the node's host, as root.
