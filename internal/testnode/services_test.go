@@ -22,7 +22,6 @@ import (
 	"github.com/vmop/vmop/internal/testcluster"
 )
 
-
 // proxySysctls names the snapshot of the sysctls kube-proxy could change.
 const proxySysctls = "kube-proxy sysctls"
 
