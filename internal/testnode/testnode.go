@@ -307,7 +307,11 @@ func (n *Node) startContainerd(ctx context.Context, images []string) error {
 }
 
 // buildPause builds the pause image of ./pause into the node's directory.
-func (n *Node) buildPause() (string, error) {
+func (n *Node) buildPause() (string, error) { return n.buildImage("pause", pauseImage) }
+
+// buildImage builds the image ref of the program ./NAME into the node's
+// directory and returns its archive.
+func (n *Node) buildImage(name, ref string) (string, error) {
 	module, err := testcluster.ModuleRoot()
 	if err != nil {
 		return "", err
@@ -318,12 +322,12 @@ func (n *Node) buildPause() (string, error) {
 		Registry: "vmop.test",
 		Created:  time.Unix(0, 0).UTC(),
 		Out:      filepath.Join(n.dir, "images"),
-	}, "pause", "./internal/testnode/pause")
+	}, name, "./internal/testnode/"+name)
 	if err != nil {
 		return "", err
 	}
-	if b.Ref.String() != pauseImage {
-		return "", fmt.Errorf("pause image is %s, containerd expects %s", b.Ref, pauseImage)
+	if b.Ref.String() != ref {
+		return "", fmt.Errorf("%s image is %s, the node expects %s", name, b.Ref, ref)
 	}
 	return b.Archive, nil
 }

@@ -110,3 +110,18 @@ func (w *Writer) Close() error {
 	}
 	return w.w.Flush()
 }
+
+// WriteObjects writes objs to w in format (FormatYAML or FormatJSON), as
+// one stream: what a command's -o prints.
+func WriteObjects(w io.Writer, format string, objs ...any) error {
+	mw, err := NewWriter(w, format)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := mw.WriteObject(obj); err != nil {
+			return err
+		}
+	}
+	return mw.Close()
+}

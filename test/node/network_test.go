@@ -36,6 +36,26 @@ func networkVM(vm, ns, network string) string {
 	return strings.Replace(m, "    disks:\n", "    networks:\n    - "+network+"\n    disks:\n", 1)
 }
 
+// startDHCPGuest runs the test guest with one NIC of the given kind, in
+// GitOps mode in a new namespace ns, until its echo service listens, and
+// returns the lease it took by DHCP.
+func startDHCPGuest(t *testing.T, ns, vm, network string) string {
+	t.Helper()
+	createNamespace(t, ns)
+	grantRunner(t, ns)
+	addGuestDisk(t, ns, vm, testguest.DHCP)
+	file := filepath.Join(t.TempDir(), "vm.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(networkVM(vm, ns, network)), 0o644))
+	rendered := kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
+	kubectl(t, rendered, "apply", "-f", "-")
+	t.Cleanup(func() {
+		_, _, _ = kubectlResult(context.Background(), rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
+	})
+	lease := waitConsole(t, ns, vm, testguest.DHCPLine, 4*time.Minute)
+	waitConsole(t, ns, vm, testguest.EchoLine, time.Minute)
+	return lease
+}
+
 // echo sends a line to the guest's echo service at addr and wants it back.
 func echo(t *testing.T, addr, line string) {
 	t.Helper()
@@ -59,21 +79,10 @@ func echo(t *testing.T, addr, line string) {
 // port-forward; the pod keeps its SPICE port.
 func TestNetworkPod(t *testing.T) {
 	const ns, vm = "podnet", "web"
-	createNamespace(t, ns)
-	grantRunner(t, ns)
-	addGuestDisk(t, ns, vm, testguest.DHCP)
-	file := filepath.Join(t.TempDir(), "vm.yaml")
-	require.NoError(t, os.WriteFile(file, []byte(networkVM(vm, ns, "pod: {}")), 0o644))
-	rendered := kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
-	kubectl(t, rendered, "apply", "-f", "-")
-	t.Cleanup(func() {
-		_, _, _ = kubectlResult(t.Context(), rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
-	})
 	// The lease: the guest's address, the pod's side as its router, the
 	// pod's MTU (the node's bridge: 1500) and the VM's name.
-	lease := waitConsole(t, ns, vm, testguest.DHCPLine, 4*time.Minute)
+	lease := startDHCPGuest(t, ns, vm, "pod: {}")
 	require.Equal(t, testguest.DHCPLine+"10.0.2.15/24 router 10.0.2.2 mtu 1500 hostname "+vm, lease)
-	waitConsole(t, ns, vm, testguest.EchoLine, time.Minute)
 	pod, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
 	require.NoError(t, err)
 	podIP := pod.Status.PodIP
@@ -168,19 +177,8 @@ func TestNetworkBridge(t *testing.T) {
 	go func() { served <- srv.Serve(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil))) }()
 	t.Cleanup(func() { require.NoError(t, <-served) })
 
-	createNamespace(t, ns)
-	grantRunner(t, ns)
-	addGuestDisk(t, ns, vm, testguest.DHCP)
-	file := filepath.Join(t.TempDir(), "vm.yaml")
-	require.NoError(t, os.WriteFile(file, []byte(networkVM(vm, ns, fmt.Sprintf("tap: {bridge: %s, mac: %q}", bridge, mac))), 0o644))
-	rendered := kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
-	kubectl(t, rendered, "apply", "-f", "-")
-	t.Cleanup(func() {
-		_, _, _ = kubectlResult(context.Background(), rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
-	})
-	lease := waitConsole(t, ns, vm, testguest.DHCPLine, 4*time.Minute)
+	lease := startDHCPGuest(t, ns, vm, fmt.Sprintf("tap: {bridge: %s, mac: %q}", bridge, mac))
 	require.Equal(t, testguest.DHCPLine+"10.97.0.15/24 router 10.97.0.1 mtu 1500 hostname "+vm, lease)
-	waitConsole(t, ns, vm, testguest.EchoLine, time.Minute)
 	echo(t, "10.97.0.15:7", "hello on the node's bridge\n")
 	require.Contains(t, kubectl(t, "", "vm", "status", "-n", ns, vm), "tap on the node's bridge "+bridge)
 }

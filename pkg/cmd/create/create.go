@@ -254,7 +254,7 @@ func (o *Options) Run(ctx context.Context) error {
 			fmt.Fprintf(o.Out, "%s/%s created (dry run)\n", resourceName, o.Name)
 			return nil
 		}
-		return o.print(o.vm)
+		return manifest.WriteObjects(o.Out, o.Output, o.vm)
 	}
 	c, err := vmclient.New(o.configFlags)
 	if err != nil {
@@ -278,7 +278,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	if o.Output != "" {
 		unstructured.RemoveNestedField(created.Object, "metadata", "managedFields")
-		return o.print(created.Object)
+		return manifest.WriteObjects(o.Out, o.Output, created.Object)
 	}
 	suffix := ""
 	if o.DryRun == DryRunServer {
@@ -288,13 +288,3 @@ func (o *Options) Run(ctx context.Context) error {
 	return nil
 }
 
-func (o *Options) print(obj any) error {
-	w, err := manifest.NewWriter(o.Out, o.Output)
-	if err != nil {
-		return err
-	}
-	if err := w.WriteObject(obj); err != nil {
-		return err
-	}
-	return w.Close()
-}

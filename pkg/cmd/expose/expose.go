@@ -278,7 +278,7 @@ func (o *Options) Run(ctx context.Context) error {
 			fmt.Fprintf(o.Out, "service/%s created (dry run)\n", svc.Name)
 			return nil
 		}
-		return o.print(svc)
+		return manifest.WriteObjects(o.Out, o.Output, svc)
 	}
 	c, err := vmclient.New(o.configFlags)
 	if err != nil {
@@ -315,7 +315,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if o.Output != "" {
 		created.ManagedFields = nil
 		created.TypeMeta = svc.TypeMeta
-		return o.print(created)
+		return manifest.WriteObjects(o.Out, o.Output, created)
 	}
 	fmt.Fprintf(o.Out, "service/%s created%s\n", created.Name, suffix)
 	return nil
@@ -368,13 +368,3 @@ func (o *Options) unreached(ctx context.Context, c *vmclient.Client, vm *vmclien
 	return warnings
 }
 
-func (o *Options) print(obj any) error {
-	w, err := manifest.NewWriter(o.Out, o.Output)
-	if err != nil {
-		return err
-	}
-	if err := w.WriteObject(obj); err != nil {
-		return err
-	}
-	return w.Close()
-}

@@ -148,16 +148,11 @@ func (o *Options) Run(ctx context.Context) error {
 		if format == "" {
 			format = manifest.FormatYAML
 		}
-		w, err := manifest.NewWriter(o.Out, format)
-		if err != nil {
-			return err
+		out := make([]any, len(objs))
+		for i, obj := range objs {
+			out[i] = obj.Object
 		}
-		for _, obj := range objs {
-			if err := w.WriteObject(obj.Object); err != nil {
-				return err
-			}
-		}
-		return w.Close()
+		return manifest.WriteObjects(o.Out, format, out...)
 	}
 
 	config, err := o.configFlags.ToRESTConfig()
