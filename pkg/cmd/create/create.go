@@ -287,4 +287,3 @@ func (o *Options) Run(ctx context.Context) error {
 	fmt.Fprintf(o.Out, "%s/%s created%s\n", resourceName, o.Name, suffix)
 	return nil
 }
-

@@ -367,4 +367,3 @@ func (o *Options) unreached(ctx context.Context, c *vmclient.Client, vm *vmclien
 	}
 	return warnings
 }
-
