@@ -32,19 +32,23 @@ const startVMs = 5
 // container runs (kubelet, containerd, runc) and qemu runs (the runner's
 // own start, from its log). Also the memory of one VM's pod beyond the
 // guest's RAM: the runner, qemu without the guest's RAM, and the pause
-// process.
+// process; and that of a second VM whose NIC is on the pod's network
+// (the runner's DHCP server, qemu's tap backend).
 func BenchmarkStart(b *testing.B) {
 	const ns = "bench"
 	kubectl(b, "", "vm", "install", "--wait", "--timeout", "3m")
 	createNamespace(b, ns)
 	addImageRepository(b, ns)
 	parts := map[string][]time.Duration{}
-	var overhead, guest int64
+	var overhead, guest, podNetOverhead int64
 	for range b.N {
 		for i := range startVMs {
 			vm := fmt.Sprintf("vm%d", i)
 			addGuestDisk(b, ns, vm)
 			manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: Running", 1)
+			if i == 1 {
+				manifest = strings.Replace(manifest, "    disks:\n", "    networks:\n    - pod: {}\n    disks:\n", 1)
+			}
 			seen := watchStart(b, ns, vm)
 			applied := time.Now()
 			kubectl(b, manifest, "apply", "-f", "-")
@@ -74,8 +78,11 @@ func BenchmarkStart(b *testing.B) {
 			// would ignore ACPI and take the whole powerdownTimeout), and
 			// the pod's memory is what a running VM's is.
 			waitConsole(b, ns, vm, testguest.ReadyLine, 2*time.Minute)
-			if i == 0 {
+			switch i {
+			case 0:
 				overhead, guest = podMemory(b, ns, vm)
+			case 1:
+				podNetOverhead, _ = podMemory(b, ns, vm)
 			}
 			deleteVM(b, ns, vm)
 		}
@@ -85,6 +92,7 @@ func BenchmarkStart(b *testing.B) {
 	}
 	b.ReportMetric(float64(overhead>>20), "MiB-pod-overhead")
 	b.ReportMetric(float64(guest>>20), "MiB-guest-resident")
+	b.ReportMetric(float64(podNetOverhead>>20), "MiB-pod-overhead-pod-network")
 }
 
 func median(d []time.Duration) time.Duration {
