@@ -69,7 +69,7 @@ func (srv *Server) Serve(ctx context.Context, log *slog.Logger) error {
 	defer stop()
 
 	log = log.With("interface", iface, "mac", lease.MAC.String())
-	log.Info("serving DHCP", "addr", lease.Addr, "router", lease.Router)
+	log.Info("Serving DHCP", "addr", lease.Addr, "router", lease.Router)
 	buf := make([]byte, 1<<16)
 	for {
 		n, from, err := conn.ReadFromUDPAddrPort(buf)
@@ -81,7 +81,7 @@ func (srv *Server) Serve(ctx context.Context, log *slog.Logger) error {
 		}
 		req, err := Parse(buf[:n])
 		if err != nil {
-			log.Debug("ignoring a packet that is no DHCP message", "from", from, "error", err)
+			log.Debug("Ignoring a packet that is no DHCP message", "from", from, "error", err)
 			continue
 		}
 		reply := s.handle(req, log)
@@ -90,7 +90,7 @@ func (srv *Server) Serve(ctx context.Context, log *slog.Logger) error {
 		}
 		b, err := reply.Marshal()
 		if err != nil {
-			log.Error("cannot encode reply", "type", reply.Type(), "error", err)
+			log.Error("Cannot encode reply", "type", reply.Type(), "error", err)
 			continue
 		}
 		to := replyAddr(req, reply)
@@ -98,10 +98,10 @@ func (srv *Server) Serve(ctx context.Context, log *slog.Logger) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			log.Warn("cannot send reply", "type", reply.Type(), "to", to, "error", err)
+			log.Warn("Cannot send reply", "type", reply.Type(), "to", to, "error", err)
 			continue
 		}
-		log.Debug("sent reply", "type", reply.Type(), "to", to)
+		log.Debug("Sent reply", "type", reply.Type(), "to", to)
 	}
 }
 
@@ -167,20 +167,20 @@ func (s *server) handle(req *Message, log *slog.Logger) *Message {
 	t := req.Type()
 	switch {
 	case req.Op != BootRequest:
-		log.Debug("ignoring a message that is no request", "op", req.Op, "type", t)
+		log.Debug("Ignoring a message that is no request", "op", req.Op, "type", t)
 		return nil
 	case !bytes.Equal(req.CHAddr, s.lease.MAC):
-		log.Debug("ignoring another client", "client", req.CHAddr.String(), "type", t)
+		log.Debug("Ignoring another client", "client", req.CHAddr.String(), "type", t)
 		return nil
 	}
 	addr := s.lease.Addr.Addr()
 	switch t {
 	case Discover:
-		log.Info("offering lease", "addr", s.lease.Addr)
+		log.Info("Offering lease", "addr", s.lease.Addr)
 		return s.reply(req, Offer, addr, s.leaseOpts)
 	case Request:
 		if id, ok := req.addrOption(optServerID); ok && id != s.lease.Router {
-			log.Info("guest chose another DHCP server", "server", id)
+			log.Info("Guest chose another DHCP server", "server", id)
 			return nil
 		}
 		want, ok := req.addrOption(optRequestedIP)
@@ -188,28 +188,28 @@ func (s *server) handle(req *Message, log *slog.Logger) *Message {
 			want = req.CIAddr // renewing or rebinding
 		}
 		if want != addr {
-			log.Info("refusing a request for another address", "requested", want, "addr", addr)
+			log.Info("Refusing a request for another address", "requested", want, "addr", addr)
 			nak := s.reply(req, Nak, netip.Addr{}, nil)
 			nak.Options[optMessage] = fmt.Appendf(nil, "address is %v", addr)
 			return nak
 		}
-		log.Info("acknowledging lease", "addr", s.lease.Addr, "duration", s.lease.Duration)
+		log.Info("Acknowledging lease", "addr", s.lease.Addr, "duration", s.lease.Duration)
 		ack := s.reply(req, Ack, addr, s.leaseOpts)
 		ack.CIAddr = req.CIAddr
 		return ack
 	case Inform:
-		log.Info("answering DHCPINFORM", "client", req.CIAddr)
+		log.Info("Answering DHCPINFORM", "client", req.CIAddr)
 		ack := s.reply(req, Ack, netip.Addr{}, s.configOpts)
 		ack.CIAddr = req.CIAddr
 		return ack
 	case Release:
-		log.Info("guest released its lease", "addr", req.CIAddr)
+		log.Info("Guest released its lease", "addr", req.CIAddr)
 		return nil
 	case Decline:
-		log.Warn("guest declined its address: another host on the link uses it", "addr", addr)
+		log.Warn("Guest declined its address: another host on the link uses it", "addr", addr)
 		return nil
 	default:
-		log.Debug("ignoring message", "type", t)
+		log.Debug("Ignoring message", "type", t)
 		return nil
 	}
 }

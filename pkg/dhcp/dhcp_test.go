@@ -189,13 +189,13 @@ func TestHandle(t *testing.T) {
 			req:  request(Discover, zero, nil),
 			want: reply(Offer, zero, guest, testLeaseOptions),
 			to:   broadcast,
-			log:  `level=INFO msg="offering lease" addr=10.0.2.15/24`,
+			log:  `level=INFO msg="Offering lease" addr=10.0.2.15/24`,
 		},
 		"request when selecting": {
 			req:  request(Request, zero, Options{optRequestedIP: guest.AsSlice(), optServerID: {10, 0, 2, 2}}),
 			want: reply(Ack, zero, guest, testLeaseOptions),
 			to:   broadcast,
-			log:  `level=INFO msg="acknowledging lease" addr=10.0.2.15/24 duration=1h0m0s`,
+			log:  `level=INFO msg="Acknowledging lease" addr=10.0.2.15/24 duration=1h0m0s`,
 		},
 		"request when rebooting": {
 			req:  request(Request, zero, Options{optRequestedIP: guest.AsSlice()}),
@@ -211,7 +211,7 @@ func TestHandle(t *testing.T) {
 			req:  request(Request, zero, Options{optRequestedIP: other.AsSlice()}),
 			want: nak,
 			to:   broadcast,
-			log:  `level=INFO msg="refusing a request for another address" requested=10.0.2.99 addr=10.0.2.15`,
+			log:  `level=INFO msg="Refusing a request for another address" requested=10.0.2.99 addr=10.0.2.15`,
 		},
 		"renewing another address": {
 			req:  request(Request, other, nil),
@@ -225,21 +225,21 @@ func TestHandle(t *testing.T) {
 		},
 		"request to another server": {
 			req: request(Request, zero, Options{optRequestedIP: guest.AsSlice(), optServerID: {10, 0, 2, 1}}),
-			log: `level=INFO msg="guest chose another DHCP server" server=10.0.2.1`,
+			log: `level=INFO msg="Guest chose another DHCP server" server=10.0.2.1`,
 		},
 		"inform": {
 			req:  request(Inform, guest, nil),
 			want: reply(Ack, guest, zero, testConfig),
 			to:   netip.MustParseAddrPort("10.0.2.15:68"),
-			log:  `level=INFO msg="answering DHCPINFORM" client=10.0.2.15`,
+			log:  `level=INFO msg="Answering DHCPINFORM" client=10.0.2.15`,
 		},
 		"release": {
 			req: request(Release, guest, Options{optServerID: {10, 0, 2, 2}}),
-			log: `level=INFO msg="guest released its lease" addr=10.0.2.15`,
+			log: `level=INFO msg="Guest released its lease" addr=10.0.2.15`,
 		},
 		"decline": {
 			req: request(Decline, zero, Options{optRequestedIP: guest.AsSlice(), optServerID: {10, 0, 2, 2}}),
-			log: `level=WARN msg="guest declined its address: another host on the link uses it" addr=10.0.2.15`,
+			log: `level=WARN msg="Guest declined its address: another host on the link uses it" addr=10.0.2.15`,
 		},
 		"no client identifier": {
 			req: func() *Message {
@@ -260,7 +260,7 @@ func TestHandle(t *testing.T) {
 				m.CHAddr = net.HardwareAddr{0x52, 0x54, 0, 0x12, 0x34, 0x57}
 				return m
 			}(),
-			log: `level=DEBUG msg="ignoring another client" client=52:54:00:12:34:57 type=DHCPDISCOVER`,
+			log: `level=DEBUG msg="Ignoring another client" client=52:54:00:12:34:57 type=DHCPDISCOVER`,
 		},
 		"a reply": {
 			req: func() *Message {
@@ -268,15 +268,15 @@ func TestHandle(t *testing.T) {
 				m.Op = BootReply
 				return m
 			}(),
-			log: `level=DEBUG msg="ignoring a message that is no request" op=2 type=DHCPOFFER`,
+			log: `level=DEBUG msg="Ignoring a message that is no request" op=2 type=DHCPOFFER`,
 		},
 		"BOOTP": {
 			req: request(0, zero, Options{optMessageType: nil}),
-			log: `level=DEBUG msg="ignoring message" type="message type 0"`,
+			log: `level=DEBUG msg="Ignoring message" type="message type 0"`,
 		},
 		"unknown type": {
 			req: request(42, zero, nil),
-			log: `level=DEBUG msg="ignoring message" type="message type 42"`,
+			log: `level=DEBUG msg="Ignoring message" type="message type 42"`,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
