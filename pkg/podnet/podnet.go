@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -180,6 +179,3 @@ func readResolvConf(path string) ([]netip.Addr, []string) {
 	}
 	return dns, search
 }
-
-// String is the port as Kubernetes and nft write it: 22/TCP.
-func (p Port) String() string { return strconv.Itoa(int(p.Port)) + "/" + p.Protocol }

@@ -58,13 +58,10 @@ func (r *Runner) setUpPodNetwork(ctx context.Context) error {
 	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
 		return errNotInPod
 	}
-	o := podnet.Options{Reserved: r.podPorts()}
+	o := podnet.Options{Ports: podnetPorts(n.Ports), Reserved: podnetPorts(r.config.VM.OwnPorts())}
 	var err error
 	if o.Net, err = netip.ParsePrefix(n.Net); err != nil {
 		return fmt.Errorf("pod network: net %q: %w", n.Net, err)
-	}
-	for _, p := range n.Ports {
-		o.Ports = append(o.Ports, podnet.Port{Protocol: p.Protocol, Port: uint16(p.Port)})
 	}
 	pn, err := podnet.Setup(o)
 	if err != nil {
@@ -88,10 +85,11 @@ func (r *Runner) setUpPodNetwork(ctx context.Context) error {
 	return nil
 }
 
-// podPorts are the ports the pod itself serves, which stay the pod's.
-func (r *Runner) podPorts() []podnet.Port {
-	if d := r.config.VM.Display; d != nil && d.Spice != nil {
-		return []podnet.Port{{Protocol: "TCP", Port: uint16(d.Spice.Port)}}
+// podnetPorts are ports as podnet takes them.
+func podnetPorts(ports []runnerconfig.Port) []podnet.Port {
+	out := make([]podnet.Port, len(ports))
+	for i, p := range ports {
+		out[i] = podnet.Port{Protocol: p.Protocol, Port: uint16(p.Port)}
 	}
-	return nil
+	return out
 }

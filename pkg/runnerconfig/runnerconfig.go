@@ -8,6 +8,11 @@
 // cloud-init Secret into the directory CloudInitDir next to the file.
 package runnerconfig
 
+import (
+	"strconv"
+	"strings"
+)
+
 // Paths inside the runner's pod.
 const (
 	ConfigDir    = "/etc/opt/vmrunner"
@@ -118,6 +123,27 @@ func (v *VM) PodNetwork() *Network {
 type Port struct {
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol,omitempty"` // TCP (when empty) or UDP
+}
+
+// String is the port as Kubernetes writes it: 22/TCP.
+func (p Port) String() string { return strconv.Itoa(p.Port) + "/" + p.Protocol }
+
+// JoinPorts lists ports as Kubernetes writes them: 22/TCP, 53/UDP.
+func JoinPorts(ports []Port) string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// OwnPorts are the ports the pod itself serves, SPICE's, which a pod
+// network keeps from the guest.
+func (v *VM) OwnPorts() []Port {
+	if d := v.Display; d != nil && d.Spice != nil {
+		return []Port{{Port: int(d.Spice.Port), Protocol: "TCP"}}
+	}
+	return nil
 }
 
 // Drive types.

@@ -350,18 +350,14 @@ func (o *Options) unreached(ctx context.Context, c *vmclient.Client, vm *vmclien
 		return []string{fmt.Sprintf("the guest is not on the pod network (its networks: %s): the Service reaches nothing of the guest", cmp.Or(strings.Join(kinds, ", "), "none"))}
 	}
 	var warnings []string
-	pod, spice := nets[i], v.Config.VM.Display
+	pod := nets[i]
 	for _, p := range o.Ports {
 		guest := runnerconfig.Port{Port: int(p.Target), Protocol: o.Protocol}
 		switch {
 		case len(pod.Ports) > 0 && !slices.Contains(pod.Ports, guest):
-			passed := make([]string, len(pod.Ports))
-			for j, pp := range pod.Ports {
-				passed[j] = fmt.Sprintf("%d/%s", pp.Port, pp.Protocol)
-			}
-			warnings = append(warnings, fmt.Sprintf("guest port %d/%s is not one its pod network passes (spec.vm.networks[%d].pod.ports: %s): Service port %d reaches nothing of the guest",
-				guest.Port, guest.Protocol, i, strings.Join(passed, ", "), p.Port))
-		case len(pod.Ports) == 0 && spice != nil && spice.Spice != nil && guest == runnerconfig.Port{Port: int(spice.Spice.Port), Protocol: string(corev1.ProtocolTCP)}:
+			warnings = append(warnings, fmt.Sprintf("guest port %s is not one its pod network passes (spec.vm.networks[%d].pod.ports: %s): Service port %d reaches nothing of the guest",
+				guest, i, runnerconfig.JoinPorts(pod.Ports), p.Port))
+		case len(pod.Ports) == 0 && slices.Contains(v.Config.VM.OwnPorts(), guest):
 			warnings = append(warnings, fmt.Sprintf("port %d/TCP of the pod is its own SPICE server's: Service port %d reaches the VM's display, not the guest", guest.Port, p.Port))
 		}
 	}

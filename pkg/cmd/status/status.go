@@ -264,18 +264,11 @@ func networks(v *View) string {
 		case runnerconfig.NetworkPod:
 			ports := "all ports"
 			if len(n.Ports) > 0 {
-				var p []string
-				for _, port := range n.Ports {
-					p = append(p, fmt.Sprintf("%d/%s", port.Port, port.Protocol))
-				}
-				ports = "ports " + strings.Join(p, ", ")
-			} else if d := v.Config.VM.Display; d != nil && d.Spice != nil {
-				ports += fmt.Sprintf(" but %d/TCP (SPICE)", d.Spice.Port)
+				ports = "ports " + runnerconfig.JoinPorts(n.Ports)
+			} else if own := v.Config.VM.OwnPorts(); len(own) > 0 {
+				ports += " but " + runnerconfig.JoinPorts(own) + " (SPICE)"
 			}
-			at := "the pod's IP"
-			if v.Pod != nil && v.Pod.Status.PodIP != "" {
-				at = v.Pod.Status.PodIP
-			}
+			at := cmp.Or(v.podIP(), "the pod's IP")
 			nics = append(nics, fmt.Sprintf("pod (%s of %s reach the guest)", ports, at))
 		case runnerconfig.NetworkTap:
 			nics = append(nics, "tap on the node's bridge "+n.Bridge)

@@ -247,8 +247,8 @@ func (v *View) Interfaces() []v1.GuestInterface {
 // network, else the guest's first address as its agent reports it,
 // without its prefix length; "" when unknown.
 func (v *View) IP() string {
-	if v.Config != nil && v.Config.VM.PodNetwork() != nil && v.Pod != nil && v.Pod.Status.PodIP != "" {
-		return v.Pod.Status.PodIP
+	if ip := v.podIP(); ip != "" && v.Config != nil && v.Config.VM.PodNetwork() != nil {
+		return ip
 	}
 	for _, i := range v.Interfaces() {
 		for _, a := range i.IPAddresses {
@@ -323,4 +323,12 @@ func Age(now time.Time, t metav1.Time) string {
 // Bytes writes a size as the runner reports it (e.g. 4Gi).
 func Bytes(n int64) string {
 	return resource.NewQuantity(n, resource.BinarySI).String()
+}
+
+// podIP is the VM's pod's IP, "" without a pod or before it has one.
+func (v *View) podIP() string {
+	if v.Pod == nil {
+		return ""
+	}
+	return v.Pod.Status.PodIP
 }
