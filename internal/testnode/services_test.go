@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -83,7 +84,7 @@ func testServices(t *testing.T, n *Node, before map[string]string) {
 // where TCP would just retry.
 func testServiceRangeStays(t *testing.T, n *Node) {
 	ctx := t.Context()
-	const free = "10.0.0.250"
+	free := freeServiceIP(t, n)
 	out, err := exec.Command("ip", "route", "get", free).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "dev "+Bridge, "the route to an address of %s", testcluster.ServiceCIDR)
@@ -134,6 +135,29 @@ func testServiceRangeStays(t *testing.T, n *Node) {
 		_, err = c.Write([]byte("x"))
 		return err
 	}, syscall.EPERM)
+}
+
+// freeServiceIP returns an address of the Service range that no Service
+// holds, from the range's lower band: the API server gives new Services
+// addresses of the upper band while it has room, so none created later
+// takes it either. (A fixed address of the upper band once met the earlier
+// test's Service there.)
+func freeServiceIP(t *testing.T, n *Node) string {
+	list, err := n.Client.CoreV1().Services("").List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	held := map[string]bool{}
+	for _, s := range list.Items {
+		held[s.Spec.ClusterIP] = true
+	}
+	prefix := netip.MustParsePrefix(testcluster.ServiceCIDR)
+	a := prefix.Addr().Next().Next() // .1 is the kubernetes Service's
+	for ; prefix.Contains(a); a = a.Next() {
+		if !held[a.String()] {
+			return a.String()
+		}
+	}
+	t.Fatalf("every address of %s is held by a Service", prefix)
+	return ""
 }
 
 // awaitError calls try until it fails with want, for up to a minute: until
