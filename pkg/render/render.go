@@ -58,12 +58,14 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "10"
+const Version = "11"
 
 // Names of containers, volumes and ports in the pod.
 const (
 	ContainerRunner       = "runner"
+	ContainerImport       = "import"
 	VolumeConfig          = "config"
+	VolumeImportScratch   = "import-scratch"
 	VolumeRunnerData      = "runner-data"
 	VolumeImageRepository = "image-repository"
 	PortSpice             = "spice"
@@ -305,7 +307,14 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 	for i, d := range v.Disks {
 		switch {
 		case d.VolumeClaimTemplate != nil:
-			c.VM.Drives = append(c.VM.Drives, runnerconfig.Drive{Type: runnerconfig.DriveRaw, Bootindex: d.Bootindex, Resource: "/dev/" + v.DiskName(i)})
+			dr := runnerconfig.Drive{Type: runnerconfig.DriveRaw, Bootindex: d.Bootindex, Resource: "/dev/" + v.DiskName(i)}
+			if src := d.Source; src != nil {
+				dr.Source = &runnerconfig.DriveSource{URL: src.URL, Checksum: src.Checksum}
+				if src.File != "" {
+					dr.Source.File = path.Join(runnerconfig.ImageRepositoryDir, src.File)
+				}
+			}
+			c.VM.Drives = append(c.VM.Drives, dr)
 		case d.CDROM != nil:
 			c.VM.Drives = append(c.VM.Drives, runnerconfig.Drive{Type: runnerconfig.DriveCDROM, Bootindex: d.Bootindex, File: CDROMFile(d.CDROM.Image)})
 		}
@@ -398,6 +407,10 @@ func (r *renderer) statefulSet(cloudInit *corev1.Secret, restartHash string) *ap
 		Containers:                    []corev1.Container{r.container()},
 		Volumes:                       r.volumes(cloudInit),
 	}
+	if c := r.importer(); c != nil {
+		pod.InitContainers = []corev1.Container{*c}
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: VolumeImportScratch, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
 	for _, n := range v.Networks {
 		if n.Tap != nil {
 			// A tap device joins a bridge of the host.
@@ -458,7 +471,7 @@ func (r *renderer) container() corev1.Container {
 			{Name: VolumeRunnerData, MountPath: runnerconfig.DataDir},
 		},
 	}
-	if hasCDROM(v) {
+	if usesImageRepository(v) {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeImageRepository, MountPath: runnerconfig.ImageRepositoryDir, ReadOnly: true})
 	}
 	for i, d := range v.Disks {
@@ -484,6 +497,41 @@ func (r *renderer) container() corev1.Container {
 	return c
 }
 
+// importer is the init container that fills the disks that name a source
+// image, while they are empty and once only (vm-runner import), before
+// the runner starts qemu; nil without such disks. It stages a download in
+// an emptyDir, so neither memory nor the root file system holds an image,
+// and it needs no privilege: only the disks it fills.
+func (r *renderer) importer() *corev1.Container {
+	s, v := &r.vm.Spec, &r.vm.Spec.VM
+	c := corev1.Container{
+		Name:            ContainerImport,
+		Image:           image(s.Image),
+		ImagePullPolicy: s.Image.PullPolicy,
+		Args:            []string{"import"},
+		// Its last words (the disk and the cause) reach the VM's status.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: VolumeConfig, MountPath: runnerconfig.ConfigDir, ReadOnly: true},
+			{Name: VolumeRunnerData, MountPath: runnerconfig.DataDir},
+			{Name: VolumeImportScratch, MountPath: runnerconfig.ImportScratchDir},
+		},
+	}
+	for i, d := range v.Disks {
+		if d.Source != nil && d.VolumeClaimTemplate != nil {
+			name := v.DiskName(i)
+			c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: "/dev/" + name})
+		}
+	}
+	if len(c.VolumeDevices) == 0 {
+		return nil
+	}
+	if usesImageRepository(v) {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeImageRepository, MountPath: runnerconfig.ImageRepositoryDir, ReadOnly: true})
+	}
+	return &c
+}
+
 func image(im *v1.Image) string {
 	if im.Source != "" {
 		return im.Source
@@ -498,9 +546,11 @@ func image(im *v1.Image) string {
 	return ref
 }
 
-func hasCDROM(v *v1.VMSpec) bool {
+// usesImageRepository: CD images and disk sources may be files of the
+// image repository.
+func usesImageRepository(v *v1.VMSpec) bool {
 	for _, d := range v.Disks {
-		if d.CDROM != nil {
+		if d.CDROM != nil || d.Source != nil && d.Source.File != "" {
 			return true
 		}
 	}
@@ -542,7 +592,7 @@ func (r *renderer) volumes(cloudInit *corev1.Secret) []corev1.Volume {
 	vols := []corev1.Volume{{Name: VolumeConfig, VolumeSource: corev1.VolumeSource{
 		Projected: &corev1.ProjectedVolumeSource{Sources: sources},
 	}}}
-	if hasCDROM(&vm.Spec.VM) {
+	if usesImageRepository(&vm.Spec.VM) {
 		vols = append(vols, corev1.Volume{Name: VolumeImageRepository, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ImageRepositoryClaim, ReadOnly: true},
 		}})

@@ -21,6 +21,13 @@ const (
 	DataDir      = "/var/local/vm-data"
 	// ImageRepositoryDir holds CD images named by a relative path.
 	ImageRepositoryDir = "/var/local/vmop-image-repository"
+	// ImportScratchDir is where an import stages its source (an emptyDir
+	// of the pod: never the container's root file system).
+	ImportScratchDir = "/var/local/vmop-import"
+	// ImportRecordDir, under the data directory (the VM's runner-data
+	// claim), records the disks filled from an image: they are never
+	// filled again.
+	ImportRecordDir = "disk-imports"
 	// DisplayPasswordFile and PasswordExpiryFile come from the display
 	// Secret's keys of the same names.
 	DisplayPasswordFile = "display-password"
@@ -160,6 +167,18 @@ type Drive struct {
 	Resource  string `json:"resource,omitempty"`
 	Device    string `json:"device,omitempty"`
 	File      string `json:"file,omitempty"`
+	// Source is a vmop addition (the Java runner ignores it): the image
+	// that vm-runner import puts on an empty Resource before the VM's
+	// first start.
+	Source *DriveSource `json:"source,omitempty"`
+}
+
+// DriveSource is an image to import: URL (http or https) or File (a path
+// in the runner's file system), and its "sha256:<hex>" checksum.
+type DriveSource struct {
+	URL      string `json:"url,omitempty"`
+	File     string `json:"file,omitempty"`
+	Checksum string `json:"checksum,omitempty"`
 }
 
 // Display holds the graphical outputs.

@@ -186,6 +186,15 @@ spec:
             dataSourceRef: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: golden, namespace: images}
             volumeAttributesClassName: gold
         bootindex: 0
+        source:
+          url: https://example.com/debian-13-genericcloud-amd64.qcow2
+          checksum: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789ABCDEF
+      - volumeClaimTemplate:
+          metadata: {name: tools}
+          spec:
+            resources:
+              requests: {storage: 1Gi}
+        source: {file: disks/tools.raw.xz}
       - cdrom: {image: "https://example.com/debian.iso"}
         bootindex: 1
       - cdrom: {image: ""}
@@ -275,6 +284,9 @@ var invalidVMs = []struct {
 	{"negative powerdownTimeout", `vm: {powerdownTimeout: -1}`, `spec.vm.powerdownTimeout: Invalid value: -1: spec.vm.powerdownTimeout in body should be greater than or equal to 0`},
 	{"bad RAM quantity", `vm: {maximumRam: 4Gx}`, `spec.vm.maximumRam: Invalid value: "4Gx": spec.vm.maximumRam in body should match`},
 	{"disk with PVC and cdrom", `vm: {disks: [{cdrom: {image: a.iso}, volumeClaimTemplate: {spec: {}}}]}`, `"spec.vm.disks[0]" must validate one and only one schema (oneOf). Found 2 valid alternatives`},
+	{"source out of the repository", `vm: {disks: [{volumeClaimTemplate: {spec: {}}, source: {file: a/../../b}}]}`, `spec.vm.disks[0].source.file: Invalid value: "a/../../b": spec.vm.disks[0].source.file in body should match`},
+	{"source of another scheme", `vm: {disks: [{volumeClaimTemplate: {spec: {}}, source: {url: "ftp://h/a"}}]}`, `spec.vm.disks[0].source.url: Invalid value: "ftp://h/a": spec.vm.disks[0].source.url in body should match`},
+	{"source with an md5 checksum", `vm: {disks: [{volumeClaimTemplate: {spec: {}}, source: {url: "http://h/a", checksum: "md5:d41d8cd98f00b204e9800998ecf8427e"}}]}`, `spec.vm.disks[0].source.checksum: Invalid value: "md5:d41d8cd98f00b204e9800998ecf8427e": spec.vm.disks[0].source.checksum in body should match`},
 	{"disk with neither", `vm: {disks: [{bootindex: 1}]}`, `"spec.vm.disks[0]" must validate one and only one schema (oneOf). Found none valid`},
 	{"network with tap and user", `vm: {networks: [{tap: {}, user: {}}]}`, `"spec.vm.networks[0]" must validate one and only one schema (oneOf). Found 2 valid alternatives`},
 	{"spice port out of range", `vm: {display: {spice: {port: 70000}}}`, `spec.vm.display.spice.port: Invalid value: 70000: spec.vm.display.spice.port in body should be less than or equal to 65535`},
@@ -284,6 +296,8 @@ var invalidVMs = []struct {
 
 // celInvalidVMs break the schema's CEL rules, which only a server runs.
 var celInvalidVMs = []struct{ name, patch, want string }{
+	{"source on a cdrom", `vm: {disks: [{cdrom: {image: a.iso}, source: {url: "http://h/a.qcow2"}}]}`, `spec.vm.disks[0]: Invalid value: only a volumeClaimTemplate disk has a source`},
+	{"source with url and file", `vm: {disks: [{volumeClaimTemplate: {spec: {}}, source: {url: "http://h/a", file: a}}]}`, `spec.vm.disks[0].source: Invalid value: must have exactly one of url or file`},
 	{"more current than maximum CPUs", `vm: {maximumCpus: 2, currentCpus: 3}`, `spec.vm.currentCpus: Invalid value: must not exceed maximumCpus`},
 	{"more current than maximum RAM", `vm: {maximumRam: 1Gi, currentRam: 2G}`, `spec.vm.currentRam: Invalid value: must not exceed maximumRam`},
 	{"more current than the default maximum RAM", `vm: {currentRam: 2Gi}`, `spec.vm.currentRam: Invalid value: must not exceed maximumRam (1Gi when absent)`},

@@ -213,6 +213,22 @@ type Disk struct {
 	VolumeClaimTemplate *VolumeClaimTemplate `json:"volumeClaimTemplate,omitempty"`
 	CDROM               *CDROM               `json:"cdrom,omitempty"`
 	Bootindex           *int32               `json:"bootindex,omitempty"`
+	// Source is a vmop addition: the image that fills the claim at the
+	// VM's first start.
+	Source *DiskSource `json:"source,omitempty"`
+}
+
+// DiskSource is an image (qcow2 or raw, plain or compressed with gzip, xz
+// or zstd) that fills a volumeClaimTemplate disk's claim once, while it is
+// empty: the claim's data is never overwritten, and a changed source does
+// not import again.
+type DiskSource struct {
+	// URL is an http or https URL.
+	URL string `json:"url,omitempty"`
+	// File is a path in the image repository volume.
+	File string `json:"file,omitempty"`
+	// Checksum, "sha256:<hex>", is verified before anything is written.
+	Checksum string `json:"checksum,omitempty"`
 }
 
 // VolumeClaimTemplate is the PVC that provides a disk.

@@ -482,6 +482,13 @@ func (v *VMSpec) validateDisks(p *field.Path) field.ErrorList {
 		default:
 			errs = append(errs, field.Required(dp, "one of volumeClaimTemplate or cdrom"))
 		}
+		if d.Source != nil {
+			sp := dp.Child("source")
+			if d.VolumeClaimTemplate == nil {
+				errs = append(errs, field.Forbidden(sp, "only a volumeClaimTemplate disk has a source"))
+			}
+			errs = append(errs, d.Source.validate(sp)...)
+		}
 	}
 	if volumes > MaxVolumes {
 		errs = append(errs, field.Invalid(p, fmt.Sprintf("%d volumeClaimTemplate disks", volumes), fmt.Sprintf("must have at most %d", MaxVolumes)))
@@ -622,4 +629,45 @@ func nameChars(s string, dns bool) bool {
 		}
 	}
 	return true
+}
+
+// The forms of a disk source's fields, as the CRD has them: a URL with a
+// host, a relative path none of whose segments is "..", and a checksum.
+var (
+	sourceURLPattern  = regexp.MustCompile(`^https?://[^/\s]+[^\s]*$`)
+	sourceFilePattern = regexp.MustCompile(`^(?:` + pathSegment + `/)*` + pathSegment + `$`)
+	checksumPattern   = regexp.MustCompile(`^sha256:[0-9a-fA-F]{64}$`)
+)
+
+// pathSegment is a path segment other than "..".
+const pathSegment = `(?:[^./\n\x00][^/\n\x00]*|\.(?:[^./\n\x00][^/\n\x00]*)?|\.\.[^/\n\x00]+)`
+
+// maxSourceLength bounds a source's URL or path.
+const maxSourceLength = 4096
+
+func (s *DiskSource) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case s.URL != "" && s.File != "":
+		errs = append(errs, field.Invalid(p, "url, file", "must have exactly one of url or file"))
+	case s.URL != "":
+		if len(s.URL) > maxSourceLength {
+			errs = append(errs, field.TooLong(p.Child("url"), "", maxSourceLength))
+		} else if !sourceURLPattern.MatchString(s.URL) {
+			errs = append(errs, field.Invalid(p.Child("url"), s.URL, "must be an http or https URL"))
+		}
+	case s.File != "":
+		// The repository must not be left.
+		if len(s.File) > maxSourceLength {
+			errs = append(errs, field.TooLong(p.Child("file"), "", maxSourceLength))
+		} else if !sourceFilePattern.MatchString(s.File) {
+			errs = append(errs, field.Invalid(p.Child("file"), s.File, "must be a relative path in the image repository, without .."))
+		}
+	default:
+		errs = append(errs, field.Required(p, "one of url or file"))
+	}
+	if s.Checksum != "" && !checksumPattern.MatchString(s.Checksum) {
+		errs = append(errs, field.Invalid(p.Child("checksum"), s.Checksum, "must be sha256: and 64 hex digits"))
+	}
+	return errs
 }
