@@ -24,6 +24,7 @@ import (
 	"github.com/vmop/vmop/pkg/cmd/completion"
 	"github.com/vmop/vmop/pkg/cmd/console"
 	"github.com/vmop/vmop/pkg/cmd/create"
+	"github.com/vmop/vmop/pkg/cmd/disk"
 	"github.com/vmop/vmop/pkg/cmd/expose"
 	"github.com/vmop/vmop/pkg/cmd/install"
 	"github.com/vmop/vmop/pkg/cmd/list"
@@ -112,6 +113,7 @@ kustomize/kpt KRM function that renders the VirtualMachines of the list.`,
 	cmd.AddCommand(logs.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(portforward.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(expose.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(disk.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(ssh.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(completion.NewCmd(name, streams))
 	cmd.AddCommand(newVersionCmd(name, configFlags, streams))

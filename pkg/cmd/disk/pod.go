@@ -1,0 +1,113 @@
+package disk
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+// Paths and names in the uploader pod.
+const (
+	// ComponentDiskUpload marks the uploader pod among the VM's objects.
+	ComponentDiskUpload = "disk-upload"
+	// DevicePath is where the uploader pod has the disk, whichever it is.
+	DevicePath    = "/dev/vm-disk"
+	volumeDisk    = "disk"
+	volumeScratch = "scratch"
+)
+
+// PodName is the name of the VM's uploader pod: one upload per VM at a
+// time.
+func PodName(vm string) string { return vm + "-" + ComponentDiskUpload }
+
+// RecordDir is where the receiver keeps its records: the import records
+// of the VM's runner data, which the VM's own import (vm-runner import)
+// reads too.
+var RecordDir = path.Join(runnerconfig.DataDir, runnerconfig.ImportRecordDir)
+
+// uploaderPod is the pod that holds the disk's claim for the upload: the
+// VM's runner image, placed as the VM's pod is (its volumes may be local
+// to a node), with the disk as a block device, the VM's runner data for
+// the records and scratch space for the staged image. It runs "vm-runner
+// disk wait" until it is deleted; the receiver runs in it through
+// pods/exec. It needs no privilege: a volumeDevice is open to the
+// container, and it does not talk to the API server.
+func uploaderPod(t *target) (*corev1.Pod, error) {
+	tmpl := &t.sts.Spec.Template.Spec
+	var runner *corev1.Container
+	for i := range tmpl.Containers {
+		if tmpl.Containers[i].Name == render.ContainerRunner {
+			runner = &tmpl.Containers[i]
+		}
+	}
+	if runner == nil {
+		return nil, fmt.Errorf("statefulset %s/%s has no container %q: cannot tell the VM's runner image", t.sts.Namespace, t.sts.Name, render.ContainerRunner)
+	}
+	labels := render.Labels(t.sts.Name)
+	labels[render.LabelComponent] = ComponentDiskUpload
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: PodName(t.sts.Name), Namespace: t.sts.Namespace, Labels: labels},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			NodeName:                     tmpl.NodeName,
+			NodeSelector:                 tmpl.NodeSelector,
+			Affinity:                     tmpl.Affinity,
+			Tolerations:                  tmpl.Tolerations,
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			// disk wait ends at once on SIGTERM.
+			TerminationGracePeriodSeconds: ptr.To[int64](5),
+			Containers: []corev1.Container{{
+				// The runner's name: runnerexec execs into that container.
+				Name:            render.ContainerRunner,
+				Image:           runner.Image,
+				ImagePullPolicy: runner.ImagePullPolicy,
+				// Not the image's entrypoint: a VM's own runner image may
+				// have another.
+				Command:       []string{"vm-runner", "disk", "wait"},
+				VolumeDevices: []corev1.VolumeDevice{{Name: volumeDisk, DevicePath: DevicePath}},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: render.VolumeRunnerData, MountPath: runnerconfig.DataDir},
+					{Name: volumeScratch, MountPath: runnerconfig.ImportScratchDir},
+				},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: volumeDisk, VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: t.claim},
+				}},
+				{Name: render.VolumeRunnerData, VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(t.sts, render.VolumeRunnerData)},
+				}},
+				// Staging on the node's disk: neither memory nor the
+				// container's root file system holds an image.
+				{Name: volumeScratch, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			},
+		},
+	}, nil
+}
+
+// receiveCommand is what runs in the uploader pod: vm-runner disk
+// receive for size bytes of the file called name.
+func receiveCommand(t *target, name string, size int64, force bool) []string {
+	cmd := []string{"vm-runner", "disk", "receive",
+		"--disk", t.disk,
+		"--device", DevicePath,
+		"--records", RecordDir,
+		"--scratch", runnerconfig.ImportScratchDir,
+		"--size", strconv.FormatInt(size, 10),
+		"--name", name,
+	}
+	if force {
+		cmd = append(cmd, "--force")
+	}
+	return cmd
+}
