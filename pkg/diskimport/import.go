@@ -79,7 +79,13 @@ type Options struct {
 	// Client fetches a URL; when nil, a client with timeouts for dialling,
 	// TLS and the response header but none overall: images are large.
 	Client *http.Client
+	// StallTimeout ends a download that has received nothing for this
+	// long; 5 minutes when 0. With no overall timeout, a server or proxy
+	// that stops sending would otherwise hold the VM's start forever.
+	StallTimeout time.Duration
 }
+
+const defaultStallTimeout = 5 * time.Minute
 
 // Result is what Import imported.
 type Result struct {
@@ -125,7 +131,11 @@ func Import(ctx context.Context, src Source, opts Options) (Result, error) {
 	}
 
 	// Stage.
-	r, size, err := src.open(ctx, opts.Client)
+	stall := opts.StallTimeout
+	if stall <= 0 {
+		stall = defaultStallTimeout
+	}
+	r, size, err := src.open(ctx, opts.Client, stall)
 	if err != nil {
 		return res, err
 	}
@@ -201,10 +211,10 @@ func (s Source) validate() error {
 }
 
 // open returns the source's bytes and their size, 0 when unknown.
-func (s Source) open(ctx context.Context, client *http.Client) (io.ReadCloser, int64, error) {
+func (s Source) open(ctx context.Context, client *http.Client, stall time.Duration) (io.ReadCloser, int64, error) {
 	switch {
 	case s.URL != "":
-		return openURL(ctx, client, s.URL)
+		return openURL(ctx, client, s.URL, stall)
 	case s.File != "":
 		f, err := os.Open(s.File)
 		if err != nil {
@@ -221,12 +231,14 @@ func (s Source) open(ctx context.Context, client *http.Client) (io.ReadCloser, i
 	}
 }
 
-func openURL(ctx context.Context, client *http.Client, u string) (io.ReadCloser, int64, error) {
+func openURL(ctx context.Context, client *http.Client, u string, stall time.Duration) (io.ReadCloser, int64, error) {
 	if client == nil {
 		client = defaultClient
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
+		cancel(nil)
 		return nil, 0, err
 	}
 	// The checksum is of the file as served: Go's transport must not ask
@@ -234,13 +246,47 @@ func openURL(ctx context.Context, client *http.Client, u string) (io.ReadCloser,
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := client.Do(req)
 	if err != nil {
+		cancel(nil)
 		return nil, 0, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		resp.Body.Close()
+		cancel(nil)
 		return nil, 0, &HTTPError{URL: u, StatusCode: resp.StatusCode, Status: resp.Status}
 	}
-	return resp.Body, max(resp.ContentLength, 0), nil
+	body := &stallReader{ctx: ctx, cancel: cancel, r: resp.Body, timeout: stall}
+	body.timer = time.AfterFunc(stall, func() {
+		cancel(fmt.Errorf("GET %s: no data for %v", u, stall))
+	})
+	return body, max(resp.ContentLength, 0), nil
+}
+
+// stallReader cancels a response whose body has sent nothing for timeout.
+type stallReader struct {
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	r       io.ReadCloser
+	timer   *time.Timer
+	timeout time.Duration
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.timer.Reset(s.timeout)
+	}
+	if err != nil && err != io.EOF && context.Cause(s.ctx) != s.ctx.Err() {
+		// Say that it stalled rather than that it was canceled.
+		return n, context.Cause(s.ctx)
+	}
+	return n, err
+}
+
+func (s *stallReader) Close() error {
+	s.timer.Stop()
+	err := s.r.Close()
+	s.cancel(nil)
+	return err
 }
 
 // defaultClient has timeouts for every step up to the response header and

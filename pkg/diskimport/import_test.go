@@ -418,6 +418,31 @@ func TestImportCancel(t *testing.T) {
 	assertNoStaging(t, scratch)
 }
 
+// TestImportStall: a server that stops sending ends the download after
+// StallTimeout, with an error that says so.
+func TestImportStall(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000000000")
+		for range 3 {
+			w.Write(make([]byte, 64<<10))
+			w.(http.Flusher).Flush()
+			time.Sleep(300 * time.Millisecond)
+		}
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	start := time.Now()
+	_, err := Import(context.Background(), Source{URL: srv.URL + "/stalls.img"},
+		Options{Target: newTarget(t, 1<<20, 0), ScratchDir: t.TempDir(), StallTimeout: 500 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "GET "+srv.URL+"/stalls.img: no data for 500ms") {
+		t.Errorf("got %v, want no data for 500ms", err)
+	}
+	// Each write put the stall off: 3 writes 300 ms apart, then 500 ms.
+	if d := time.Since(start); d < 1300*time.Millisecond || d > 4*time.Second {
+		t.Errorf("took %v to stop, want about 1.4s", d)
+	}
+}
+
 // TestImportTruncated: a download that ends early is an error, not a
 // shorter image.
 func TestImportTruncated(t *testing.T) {
