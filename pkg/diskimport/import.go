@@ -154,6 +154,11 @@ func Import(ctx context.Context, src Source, opts Options) (Result, error) {
 	}
 	res.SourceBytes = st.sourceBytes
 	res.SHA256 = st.sha256
+	// A source that ends early must not pass as a shorter image, whether or
+	// not a checksum was given.
+	if size > 0 && st.sourceBytes != size {
+		return res, fmt.Errorf("%s: read %d bytes, want %d", src, st.sourceBytes, size)
+	}
 
 	// Check, before anything touches the target.
 	if want != nil && want.String() != checksumPrefix+st.sha256 {

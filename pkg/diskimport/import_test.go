@@ -385,6 +385,14 @@ func TestImportProgress(t *testing.T) {
 	if !sawDownload {
 		t.Errorf("no download progress in %+v", got)
 	}
+	// qemu-img's own "(0.00/100%)" comes before the end's report.
+	var fromQemuImg bool
+	for _, p := range got[:len(got)-1] {
+		fromQemuImg = fromQemuImg || p.Phase == PhaseConverting && p.Total == testImageSize
+	}
+	if !fromQemuImg {
+		t.Errorf("no progress parsed from qemu-img in %+v", got)
+	}
 	last := got[len(got)-1]
 	if last.Phase != PhaseConverting || last.Done != testImageSize || last.Total != testImageSize {
 		t.Errorf("last progress: got %+v, want converting %d of %d", last, testImageSize, testImageSize)
@@ -460,6 +468,20 @@ func TestImportTruncated(t *testing.T) {
 		t.Fatal("no error")
 	}
 	t.Log(err)
+}
+
+// TestImportShortReader: a reader that ends before its Size is an error.
+func TestImportShortReader(t *testing.T) {
+	target := newTarget(t, 1<<20, 0x5a)
+	before := readFile(t, target)
+	_, err := Import(context.Background(), Source{Reader: bytes.NewReader(make([]byte, 1000)), Name: "upload:x", Size: 2000},
+		Options{Target: target, ScratchDir: t.TempDir()})
+	if err == nil || err.Error() != "upload:x: read 1000 bytes, want 2000" {
+		t.Errorf("got %v", err)
+	}
+	if !bytes.Equal(readFile(t, target), before) {
+		t.Error("target changed")
+	}
 }
 
 func TestImportInvalid(t *testing.T) {
