@@ -101,7 +101,8 @@ type Result struct {
 // the conversion leaves the target untouched.
 //
 // Errors are *HTTPError, *ChecksumError, *FormatError, *TooLargeError or
-// others; Reason maps them to a condition's reason.
+// others; Reason maps them to a condition's reason. With an error, Result
+// holds what was learnt before it (e.g. the SHA256 of a mismatch).
 func Import(ctx context.Context, src Source, opts Options) (Result, error) {
 	var res Result
 	if err := src.validate(); err != nil {
@@ -135,17 +136,19 @@ func Import(ctx context.Context, src Source, opts Options) (Result, error) {
 	if stall <= 0 {
 		stall = defaultStallTimeout
 	}
-	r, size, err := src.open(ctx, opts.Client, stall)
-	if err != nil {
-		return res, err
-	}
-	defer r.Close()
 	staging, err := os.CreateTemp(opts.ScratchDir, "import-*.img")
 	if err != nil {
 		return res, fmt.Errorf("staging file: %w", err)
 	}
 	defer os.Remove(staging.Name())
+	r, size, err := src.open(ctx, opts.Client, stall)
+	if err != nil {
+		staging.Close()
+		return res, err
+	}
 	st, err := stage(ctx, r, size, staging, opts.Progress)
+	// The connection is not needed for the conversion.
+	r.Close()
 	if cerr := staging.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -158,6 +161,9 @@ func Import(ctx context.Context, src Source, opts Options) (Result, error) {
 	// not a checksum was given.
 	if size > 0 && st.sourceBytes != size {
 		return res, fmt.Errorf("%s: read %d bytes, want %d", src, st.sourceBytes, size)
+	}
+	if st.imageBytes == 0 {
+		return res, fmt.Errorf("%s: the image is empty", src)
 	}
 
 	// Check, before anything touches the target.
@@ -185,8 +191,8 @@ func Import(ctx context.Context, src Source, opts Options) (Result, error) {
 	if err := qemuImgConvert(ctx, qemuImg, info.Format, staging.Name(), opts.Target, info.VirtualSize, opts.Progress); err != nil {
 		return res, err
 	}
-	// qemu-img convert writes with cache=unsafe: the data is only safe
-	// once the target has been synced.
+	// qemu-img convert ends without flushing the target: the disk is only
+	// safe to record as done once it has been synced.
 	if err := syncFile(opts.Target); err != nil {
 		return res, err
 	}

@@ -491,6 +491,7 @@ func TestImportInvalid(t *testing.T) {
 		"two":      {URL: "http://127.0.0.1/x", File: "/x"},
 		"ftp":      {URL: "ftp://127.0.0.1/x"},
 		"checksum": {File: "/x", Checksum: "md5:00"},
+		"empty":    {Reader: bytes.NewReader(nil)},
 	} {
 		if _, err := Import(context.Background(), src, Options{Target: target, ScratchDir: t.TempDir()}); err == nil {
 			t.Errorf("%s: no error", name)

@@ -83,6 +83,7 @@ type staged struct {
 	sourceBytes int64
 	sha256      string // hex
 	compression string // "gzip", "xz", "zstd" or ""
+	imageBytes  int64  // the staging file's size
 }
 
 // stage reads src once: it hashes the bytes as served, decompresses them
@@ -130,7 +131,7 @@ func stage(ctx context.Context, src io.Reader, size int64, dst *os.File, progres
 		defer zr.Close()
 		data = zr
 	}
-	if err := writeSparse(dst, data); err != nil {
+	if st.imageBytes, err = writeSparse(dst, data); err != nil {
 		if st.compression != "" {
 			return st, fmt.Errorf("%s: %w", st.compression, err)
 		}
@@ -147,10 +148,10 @@ func stage(ctx context.Context, src io.Reader, size int64, dst *os.File, progres
 	return st, nil
 }
 
-// writeSparse copies r to the start of f, seeking over all-zero blocks
+// writeSparse copies r to the start of f, skipping all-zero blocks
 // instead of writing them, so that the staging file takes only the space
-// of the image's data.
-func writeSparse(f *os.File, r io.Reader) error {
+// of the image's data. It returns the bytes copied.
+func writeSparse(f *os.File, r io.Reader) (int64, error) {
 	buf := make([]byte, bufSize)
 	zeros := make([]byte, zeroBlock)
 	var off int64
@@ -169,7 +170,7 @@ func writeSparse(f *os.File, r io.Reader) error {
 			end = min(end, len(data))
 			if end > start {
 				if _, err := f.WriteAt(data[start:end], off+int64(start)); err != nil {
-					return err
+					return off, err
 				}
 			}
 			start = end
@@ -179,9 +180,9 @@ func writeSparse(f *os.File, r io.Reader) error {
 		case nil:
 		case io.EOF:
 			// A trailing hole has no block to give the file its size.
-			return f.Truncate(off)
+			return off, f.Truncate(off)
 		default:
-			return rerr
+			return off, rerr
 		}
 	}
 }

@@ -28,8 +28,12 @@ func TestWriteSparse(t *testing.T) {
 	}
 	defer f.Close()
 	// Short reads, to see that blocks are not assumed whole.
-	if err := writeSparse(f, &shortReader{r: bytes.NewReader(data), n: 7777}); err != nil {
+	n, err := writeSparse(f, &shortReader{r: bytes.NewReader(data), n: 7777})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if n != int64(len(data)) {
+		t.Errorf("copied %d bytes, want %d", n, len(data))
 	}
 	got, err := os.ReadFile(f.Name())
 	if err != nil {
