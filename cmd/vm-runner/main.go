@@ -33,6 +33,8 @@ func run() int {
 			return serial(args[1:])
 		case "connect":
 			return connect(args[1:])
+		case "import":
+			return importDisks(args[1:])
 		case "disk":
 			return disk(args[1:])
 		}
@@ -46,6 +48,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "Usage: vm-runner [-c config.yaml] [flags]\n"+
 			"       vm-runner serial [--follow | --attach] [-c config.yaml]   (the guest's serial console)\n"+
 			"       vm-runner connect --port PORT [-c config.yaml]   (copy stdin/stdout to a TCP port of the running guest)\n"+
+			"       vm-runner import [-c config.yaml]   (fill the disks that name a source image, once)\n"+
 			"       vm-runner probe [-c config.yaml]   (exit 0 while the VM runs)\n"+
 			"       vm-runner disk wait | disk receive --disk DISK --device PATH ...   (kubectl vm disk upload's pod: fill a disk from stdin)\n"+
 			"       vm-runner check [-c config.yaml]   (start qemu paused with the config, apply it, quit: exit 0 when qemu accepts the VM)\n\nFlags:\n%s", flags.FlagUsages())

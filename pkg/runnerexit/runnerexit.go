@@ -16,3 +16,8 @@ const (
 	// privilege or kernel feature); qemu was not started.
 	Network = 6
 )
+
+// Import is vm-runner import's: a disk could not be filled from its
+// source image; its error (the termination message) names the disk and
+// the cause. The runner did not start.
+const Import = 7

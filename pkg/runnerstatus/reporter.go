@@ -114,6 +114,8 @@ type Reporter struct {
 	notify   chan struct{}
 	stopping chan struct{}
 	stopOnce sync.Once
+	// eventsOnly: Stop writes no final status (see StopEvents).
+	eventsOnly atomic.Bool
 	done     chan struct{}
 	finalErr error // set before done is closed
 	runCtx   context.Context
@@ -251,6 +253,14 @@ func (r *Reporter) Stop(ctx context.Context) error {
 	}
 }
 
+// StopEvents is Stop for a reporter that reported events alone (vm-runner
+// import, before the runner starts): it writes no final status, which is
+// the runner's to write.
+func (r *Reporter) StopEvents(ctx context.Context) error {
+	r.eventsOnly.Store(true)
+	return r.Stop(ctx)
+}
+
 // SetStopped sets the VirtualMachine's spec.vm.state to Stopped or, when
 // there is no VirtualMachine (GitOps mode), scales the StatefulSet named
 // like it to 0.
@@ -385,6 +395,9 @@ func (r *Reporter) backoff(failures int) time.Duration {
 // final writes the status for a stopped runner, retrying until the
 // context ends; a missing VirtualMachine is no error.
 func (r *Reporter) final() error {
+	if r.eventsOnly.Load() {
+		return nil
+	}
 	r.mu.Lock()
 	r.latest.Running, r.latest.Booted, r.latest.ConsoleClient = false, false, ""
 	r.latest.Guest = guestagent.Info{}
@@ -416,23 +429,29 @@ func (r *Reporter) final() error {
 // observe takes the generation and conditions from a read or written VM.
 func (r *Reporter) observe(vm *unstructured.Unstructured) {
 	r.generation = vm.GetGeneration()
-	r.conditions = map[string]metav1.Condition{}
+	r.conditions = r.conditionsOf(vm)
+}
+
+// conditionsOf are a VM's conditions by type.
+func (r *Reporter) conditionsOf(vm *unstructured.Unstructured) map[string]metav1.Condition {
+	conds := map[string]metav1.Condition{}
 	raw, found, err := unstructured.NestedFieldNoCopy(vm.Object, "status")
 	if err != nil || !found {
-		return
+		return conds
 	}
 	m, ok := raw.(map[string]any)
 	if !ok {
-		return
+		return conds
 	}
 	var st v1.VirtualMachineStatus
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &st); err != nil {
 		r.log.Warn("Cannot read the VirtualMachine's status", "err", err)
-		return
+		return conds
 	}
 	for _, c := range st.Conditions {
-		r.conditions[c.Type] = c
+		conds[c.Type] = c
 	}
+	return conds
 }
 
 // statusObject is the apply configuration: only the fields the runner

@@ -51,6 +51,8 @@ func FromPod(pod *corev1.Pod, want bool, restartHash string) Conditions {
 		c.Running = Condition(v1.ConditionRunning, true, v1.ReasonRunning, "The runner pod runs on "+pod.Spec.NodeName+".")
 	case !want:
 		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStopping, "The pod is ending.")
+	case importing(pod):
+		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, "The pod fills the VM's disks from their source images (see the Imported condition).")
 	default:
 		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, "The runner pod is "+strings.ToLower(string(pod.Status.Phase))+".")
 	}
@@ -143,6 +145,9 @@ func podReady(pod *corev1.Pod) bool {
 // runner image the node cannot pull, a container the kubelet cannot
 // create, or a pod that no node can take.
 func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
+	if c, ok := importFailure(pod); ok {
+		return c, true
+	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != render.ContainerRunner {
 			continue
@@ -180,6 +185,37 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {
 			return Condition(v1.ConditionFailed, true, v1.ReasonUnschedulable, pc.Message), true
 		}
+	}
+	return metav1.Condition{}, false
+}
+
+// importing tells whether the pod's import init container runs.
+func importing(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name == render.ContainerImport && cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// importFailure reports the import init container's failure, which the
+// kubelet retries with back-off: its last words name the disk and the
+// cause. While it runs again, the failure stands until it succeeds.
+func importFailure(pod *corev1.Pod) (metav1.Condition, bool) {
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name != render.ContainerImport {
+			continue
+		}
+		t := cs.State.Terminated
+		if t == nil || t.ExitCode == 0 {
+			t = cs.LastTerminationState.Terminated
+		}
+		if t == nil || t.ExitCode == 0 || cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {
+			return metav1.Condition{}, false
+		}
+		msg := cmp.Or(strings.TrimSpace(t.Message), fmt.Sprintf("vm-runner import exited with %d", t.ExitCode))
+		return Condition(v1.ConditionFailed, true, v1.ReasonImportFailed, fmt.Sprintf("%s (%d restarts).", msg, cs.RestartCount)), true
 	}
 	return metav1.Condition{}, false
 }

@@ -23,6 +23,22 @@ const (
 	// the spec names; a medium that cannot be opened leaves its drive
 	// empty and the VM running.
 	ConditionMediaLoaded = "MediaLoaded"
+	// ConditionImported tells how the disks that name a source image were
+	// filled: while it goes (False, Importing, with bytes done and total),
+	// its failure (False, the cause as reason) or its end (True). vm-runner
+	// import writes it.
+	ConditionImported = "Imported"
+)
+
+// Reasons of the Imported condition (a failed import's reason is its
+// cause: HTTPError, ChecksumMismatch, ImageTooLarge, UnknownFormat or
+// ImportFailed).
+const (
+	ReasonImporting = "Importing"
+	ReasonImported  = "Imported"
+	// ReasonDiskHeldData: a disk that names a source held data that no
+	// import wrote; it is kept, not overwritten.
+	ReasonDiskHeldData = "DiskHeldData"
 )
 
 // Reasons of vm-operator's conditions. The Running condition's reason is
@@ -48,7 +64,11 @@ const (
 	ReasonNetworkFailed = "NetworkFailed"
 	// ReasonMACConflict: an older VM of the namespace has a tap NIC with
 	// the same MAC; nothing of the VM is applied.
-	ReasonMACConflict     = "MACConflict"
+	ReasonMACConflict = "MACConflict"
+	// ReasonImportFailed: a disk could not be filled from its source
+	// image (vm-runner import, the pod's init container, failed); the
+	// message is its error, which names the disk and the cause.
+	ReasonImportFailed    = "ImportFailed"
 	ReasonUnschedulable   = "Unschedulable"
 	ReasonImagePull       = "ImagePullFailed"
 	ReasonContainerCreate = "ContainerCreateFailed"

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -318,7 +319,12 @@ func (o *Options) phase(ctx context.Context, vm *vmclient.VM, oldPod types.UID) 
 			done := st.Reason == want && st.ObservedGeneration >= cur.Object.GetGeneration() &&
 				(oldPod == "" || pod.Status.Phase == corev1.PodRunning)
 			failed, _ := condition(cur, v1.ConditionFailed)
-			return withFailure(st.Reason, failed, done), done, nil
+			phase := st.Reason
+			// An import's progress, as vm-runner import writes it.
+			if imp, ok := condition(cur, v1.ConditionImported); ok && !done && imp.Status == metav1.ConditionFalse && imp.Reason == v1.ReasonImporting {
+				phase += ", " + strings.TrimSuffix(imp.Message, ".")
+			}
+			return withFailure(phase, failed, done), done, nil
 		}
 	}
 	// GitOps mode: what the operator would say of the pod.
