@@ -116,10 +116,10 @@ type Reporter struct {
 	stopOnce sync.Once
 	// eventsOnly: Stop writes no final status (see StopEvents).
 	eventsOnly atomic.Bool
-	done     chan struct{}
-	finalErr error // set before done is closed
-	runCtx   context.Context
-	cancel   context.CancelFunc
+	done       chan struct{}
+	finalErr   error // set before done is closed
+	runCtx     context.Context
+	cancel     context.CancelFunc
 
 	eventQ     chan queuedEvent
 	eventsDone chan struct{}
