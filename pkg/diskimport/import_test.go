@@ -426,6 +426,36 @@ func TestImportCancel(t *testing.T) {
 	assertNoStaging(t, scratch)
 }
 
+// TestImportCancelConvert: canceling ctx stops qemu-img convert too. A
+// stand-in for qemu-img reports the start of its conversion and then
+// hangs.
+func TestImportCancelConvert(t *testing.T) {
+	_, qcow2 := testImages(t)
+	slow := filepath.Join(t.TempDir(), "qemu-img")
+	script := "#!/bin/sh\nif [ \"$1\" = convert ]; then echo '    (0.00/100%)'; exec sleep 60; fi\nexec qemu-img \"$@\"\n"
+	if err := os.WriteFile(slow, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	start := time.Now()
+	_, err := Import(ctx, Source{File: qcow2}, Options{
+		Target:     newTarget(t, testTargetSize, 0),
+		ScratchDir: t.TempDir(),
+		QemuImg:    slow,
+		Progress: func(p Progress) {
+			if p.Phase == PhaseConverting {
+				cancel()
+			}
+		},
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v to stop", d)
+	}
+}
+
 // TestImportStall: a server that stops sending ends the download after
 // StallTimeout, with an error that says so.
 func TestImportStall(t *testing.T) {

@@ -37,7 +37,7 @@ func qemuImgInfo(ctx context.Context, qemuImg, file string) (imageInfo, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return info, fmt.Errorf("%s info %s: %w%s", qemuImg, file, err, stderrText(&stderr))
+		return info, fmt.Errorf("%s info %s: %w%s", qemuImg, file, exitCause(ctx, err), stderrText(&stderr))
 	}
 	if err := json.Unmarshal(out, &info); err != nil {
 		return info, fmt.Errorf("%s info %s: parse its output: %w", qemuImg, file, err)
@@ -142,10 +142,19 @@ func qemuImgConvert(ctx context.Context, qemuImg, format, file, target string, v
 	// Whatever else it printed must not block it.
 	_, _ = io.Copy(io.Discard, stdout)
 	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("%s convert %s to %s: %w%s", qemuImg, file, target, err, stderrText(&stderr))
+		return fmt.Errorf("%s convert %s to %s: %w%s", qemuImg, file, target, exitCause(ctx, err), stderrText(&stderr))
 	}
 	reporter.report(virtualSize, true)
 	return nil
+}
+
+// exitCause is why qemu-img failed: ctx's error when ctx ended it (its
+// exit error would only say "signal: killed").
+func exitCause(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	return err
 }
 
 // splitCRLF splits qemu-img's output into lines ended by \r or \n.
