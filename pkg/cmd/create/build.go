@@ -68,6 +68,12 @@ func (o *Options) build() (*v1.VirtualMachine, error) {
 	if o.given("max-ram") {
 		s.MaximumRAM = v1.Quantity(o.MaxRAM)
 	}
+	switch {
+	case o.Image != "" && len(o.Disks) == 0:
+		errs = append(errs, errors.New("--image fills the system disk: give a --disk too"))
+	case o.ImageChecksum != "" && o.Image == "":
+		errs = append(errs, errors.New("--image-checksum checks --image: give an --image too"))
+	}
 	networks, err := parseNetworks(o.Networks)
 	errs = append(errs, err)
 	s.Networks = networks
@@ -84,6 +90,7 @@ func (o *Options) build() (*v1.VirtualMachine, error) {
 		disk := v1.Disk{VolumeClaimTemplate: t}
 		if i == 0 {
 			disk.Bootindex = ptr.To[int32](0)
+			disk.Source = o.source()
 		} else {
 			t.Metadata.Name = dataDisk + strconv.Itoa(i)
 		}
@@ -277,4 +284,17 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// source is the system disk's source: --image is a URL when it has a
+// scheme, else a file of the image repository.
+func (o *Options) source() *v1.DiskSource {
+	if o.Image == "" {
+		return nil
+	}
+	src := &v1.DiskSource{File: o.Image, Checksum: o.ImageChecksum}
+	if strings.Contains(o.Image, "://") {
+		src.URL, src.File = o.Image, ""
+	}
+	return src
 }

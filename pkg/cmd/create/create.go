@@ -51,7 +51,11 @@ const example = `  # Print a VM with 2 CPUs, 4 GiB, a 40 GiB system disk and an 
       --ssh-key ~/.ssh/id_ed25519.pub --running
 
   # Ask the API server whether it would accept the VM, and show what it stores
-  %[1]s create debian --ram 4Gi --disk 40Gi --dry-run=server -o yaml`
+  %[1]s create debian --ram 4Gi --disk 40Gi --dry-run=server -o yaml
+
+  # A server from Debian's cloud image, with your SSH key, started at once
+  %[1]s create web --disk 20Gi --ssh-key ~/.ssh/id_ed25519.pub --running \
+    --image https://cloud.debian.org/images/cloud/trixie/latest/debian-13-genericcloud-amd64.qcow2`
 
 // Options are the options of the create command.
 type Options struct {
@@ -62,6 +66,9 @@ type Options struct {
 	RAM, MaxRAM   string
 	// Disks are --disk values SIZE[,STORAGECLASS]; the first boots.
 	Disks []string
+	// Image fills the system disk at the first start: a URL or a file of
+	// the image repository; ImageChecksum is its "sha256:<hex>".
+	Image, ImageChecksum string
 	// CDROMs are images of CD drives, after the disks in the boot order.
 	CDROMs []string
 	// Networks are --network values: pod, user, tap, tap:BRIDGE or none.
@@ -85,7 +92,7 @@ type Options struct {
 func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{configFlags: configFlags, IOStreams: streams}
 	cmd := &cobra.Command{
-		Use:   "create NAME [--cpus N] [--ram SIZE] [--disk SIZE[,CLASS]]... [--cdrom IMAGE]... [-o yaml|json]",
+		Use:   "create NAME [--cpus N] [--ram SIZE] [--disk SIZE[,CLASS]]... [--image URL|FILE [--image-checksum sha256:HEX]] [--cdrom IMAGE]... [-o yaml|json]",
 		Short: "Create a VirtualMachine from flags, or print it for Git",
 		Long: `Create a VirtualMachine (` + v1.APIVersion + `) from flags, as kubectl create
 deployment makes a Deployment. The VM is checked and rendered exactly as
@@ -100,7 +107,10 @@ template (volumeMode Block): the first is the system disk ("system",
 bootindex 0), the others are "data-1", "data-2", ... Each --cdrom is a CD
 drive with an image of the image repository, a URL, or "" for an empty
 drive; CD drives boot after the system disk, so an installer CD starts
-while the disk is empty.
+while the disk is empty. --image fills the system disk at the VM's first
+start instead, from a cloud image (an http or https URL, or a file of the
+image repository), checked against --image-checksum first when given; a
+disk that holds data is never overwritten.
 
 --cloud-init-user-data is a cloud-config YAML file (a mapping). --ssh-key
 adds the keys of a public key file to its top-level ssh_authorized_keys,
@@ -131,6 +141,8 @@ error and stays as it is.`,
 	f.StringVar(&o.RAM, "ram", "", "RAM the guest uses, e.g. 4Gi (spec.vm.currentRam)")
 	f.StringVar(&o.MaxRAM, "max-ram", "", "RAM the guest may be given while it runs (spec.vm.maximumRam; default --ram)")
 	f.StringArrayVar(&o.Disks, "disk", nil, "a disk SIZE[,STORAGECLASS], e.g. 40Gi or 40Gi,fast; may repeat, the first is the system disk")
+	f.StringVar(&o.Image, "image", "", "an image (qcow2 or raw, maybe gz, xz or zstd compressed: an http(s) URL or a file of the image repository) that fills the system disk at the first start, e.g. a cloud image")
+	f.StringVar(&o.ImageChecksum, "image-checksum", "", "the --image file's sha256:HEX, checked before anything is written")
 	f.StringArrayVar(&o.CDROMs, "cdrom", nil, `a CD drive with an image: a file of the image repository, a URL, or "" (empty drive); may repeat`)
 	f.StringArrayVar(&o.Networks, "network", nil, "a network card: pod (the pod's network: the guest is reached at the pod's IP), user (qemu's user network), tap or tap:BRIDGE (a bridge of the node), or none; may repeat (default pod)")
 	f.StringVar(&o.UserDataFile, "cloud-init-user-data", "", "cloud-init user data: a cloud-config YAML file")
@@ -146,6 +158,8 @@ error and stays as it is.`,
 	_ = cmd.RegisterFlagCompletionFunc("network", cobra.FixedCompletions([]string{networkPod, networkUser, networkTap, networkNone}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("disk", completeDisk(configFlags))
 	_ = cmd.RegisterFlagCompletionFunc("cdrom", cobra.NoFileCompletions)
+	_ = cmd.RegisterFlagCompletionFunc("image", cobra.NoFileCompletions)
+	_ = cmd.RegisterFlagCompletionFunc("image-checksum", cobra.NoFileCompletions)
 	return cmd
 }
 
@@ -235,6 +249,10 @@ func (o *Options) flagFor(path string) string {
 		return "--cloud-init-user-data"
 	case path == "spec.vm.disks":
 		return "--disk/--cdrom"
+	case strings.HasPrefix(path, "spec.vm.disks[0].source.checksum"):
+		return "--image-checksum"
+	case strings.HasPrefix(path, "spec.vm.disks[0].source"):
+		return "--image"
 	}
 	if _, err := fmt.Sscanf(path, "spec.vm.disks[%d]", &i); err == nil {
 		if i < len(o.Disks) {

@@ -51,6 +51,10 @@ var goldenCases = map[string][]string{
 	"full": {"create", "desktop", "-n", "vmop-demo", "--cpus", "2", "--max-cpus", "4", "--ram", "2Gi", "--max-ram", "8Gi",
 		"--disk", "80Gi,rook-ceph-block", "--disk", "200Gi", "--cdrom", "https://example.org/virtio-win.iso", "--cdrom", "",
 		"--network", "tap:br1", "--network", "user", "--cloud-init-user-data", userData, "--ssh-key", sshKey, "--running"},
+	// A server from a cloud image, checked by its checksum.
+	"cloud-image": {"create", "web", "--disk", "20Gi", "--ssh-key", sshKey, "--running",
+		"--image", "https://cloud.debian.org/images/cloud/trixie/latest/debian-13-genericcloud-amd64.qcow2",
+		"--image-checksum", "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 	// A key without user data: the user data is the key list.
 	"ssh-key": {"create", "server", "--ssh-key", sshKey, "--network", "none", "--max-ram", "3Gi"},
 }
@@ -214,6 +218,11 @@ func badInput(t *testing.T) map[string]struct {
 		"three disk parts":     {[]string{"--disk", "40Gi,fast,rwx"}, []string{`--disk "40Gi,fast,rwx": give SIZE or SIZE,STORAGECLASS, not 3 parts`}},
 		"cdrom on two lines":   {[]string{"--cdrom", "a.iso\nb.iso"}, []string{`--cdrom "a.iso\nb.iso": spec.vm.disks[0].cdrom.image`}},
 		"too many cdroms":      {[]string{"--cdrom", "", "--cdrom", "", "--cdrom", "", "--cdrom", "", "--cdrom", "", "--cdrom", "", "--cdrom", ""}, []string{"--disk/--cdrom: spec.vm.disks: Invalid value"}},
+		"image without disk":   {[]string{"--image", "https://example.com/a.qcow2"}, []string{"--image fills the system disk: give a --disk too"}},
+		"checksum alone":       {[]string{"--disk", "1Gi", "--image-checksum", "sha256:00"}, []string{"--image-checksum checks --image: give an --image too"}},
+		"image scheme":         {[]string{"--disk", "1Gi", "--image", "ftp://example.com/a.qcow2"}, []string{`--image: spec.vm.disks[0].source.url: Invalid value: "ftp://example.com/a.qcow2": must be an http or https URL`}},
+		"image path":           {[]string{"--disk", "1Gi", "--image", "../a.qcow2"}, []string{`--image: spec.vm.disks[0].source.file: Invalid value: "../a.qcow2"`}},
+		"image checksum":       {[]string{"--disk", "1Gi", "--image", "a.qcow2", "--image-checksum", "sha256:00"}, []string{`--image-checksum: spec.vm.disks[0].source.checksum: Invalid value: "sha256:00": must be sha256: and 64 hex digits`}},
 		"network":              {[]string{"--network", "bridge"}, []string{`--network "bridge": use pod, user, tap, tap:BRIDGE or none`}},
 		"network none and":     {[]string{"--network", "none", "--network", "user"}, []string{"--network none cannot be combined"}},
 		"bridge name":          {[]string{"--network", "tap:br/0"}, []string{`--network: spec.vm.networks[0].tap.bridge: Invalid value: "br/0"`}},
