@@ -54,9 +54,8 @@ func template(sts *appsv1.StatefulSet, name string) *corev1.PersistentVolumeClai
 	return nil
 }
 
-// findTarget finds the disk of --disk in the VM, checks that the VM is
-// stopped, and makes the disk's and the runner data's claims where the
-// VM never ran.
+// findTarget finds the disk of --disk in the VM and checks that the VM
+// is stopped.
 func (o *Options) findTarget(ctx context.Context, vm *vmclient.VM) (*target, error) {
 	sts := vm.StatefulSet
 	if sts == nil {
@@ -69,11 +68,6 @@ func (o *Options) findTarget(ctx context.Context, vm *vmclient.VM) (*target, err
 	t.vm = vm
 	if err := o.stopped(ctx, vm); err != nil {
 		return nil, err
-	}
-	for _, name := range []string{t.disk, render.VolumeRunnerData} {
-		if err := o.ensureClaim(ctx, sts, name); err != nil {
-			return nil, err
-		}
 	}
 	return t, nil
 }

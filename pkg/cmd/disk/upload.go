@@ -41,18 +41,25 @@ func (o *Options) upload(ctx context.Context, t *target, file io.Reader, name st
 	if err := o.noUploader(ctx, pod); err != nil {
 		return err
 	}
-	if pod, err = pods.Create(ctx, pod, metav1.CreateOptions{FieldManager: vmclient.FieldManager}); err != nil {
+	// Where the VM never ran, its claims are made here.
+	for _, name := range []string{t.disk, render.VolumeRunnerData} {
+		if err := o.ensureClaim(ctx, t.sts, name); err != nil {
+			return err
+		}
+	}
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{FieldManager: vmclient.FieldManager})
+	if err != nil {
 		return o.client.Explain(err)
 	}
 	defer func() {
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		if derr := o.deletePod(cleanup, pod); derr != nil {
-			err = errors.Join(err, fmt.Errorf("pod %s/%s: %w; delete it yourself", pod.Namespace, pod.Name, derr))
+		if derr := o.deletePod(cleanup, created); derr != nil {
+			err = errors.Join(err, fmt.Errorf("pod %s/%s: %w; delete it yourself", created.Namespace, created.Name, derr))
 		}
 	}()
-	fmt.Fprintf(o.ErrOut, "pod/%s created; waiting for it to run\n", pod.Name)
-	if pod, err = o.waitRunning(ctx, pod); err != nil {
+	fmt.Fprintf(o.ErrOut, "pod/%s created; waiting for it to run\n", created.Name)
+	if pod, err = o.waitRunning(ctx, created); err != nil {
 		return err
 	}
 	p := newProgress(o.ErrOut, name, o.size)
@@ -114,7 +121,11 @@ func (o *Options) noUploader(ctx context.Context, pod *corev1.Pod) error {
 func (o *Options) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	pods := o.client.Kube.CoreV1().Pods(pod.Namespace)
 	var why string
-	err := wait.PollUntilContextTimeout(ctx, pollInterval, o.Timeout, true, func(ctx context.Context) (bool, error) {
+	timeout, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	// Each read on ctx: one cut by the timeout would fail with the
+	// client's words, not the timeout's.
+	err := wait.PollUntilContextCancel(timeout, pollInterval, true, func(context.Context) (bool, error) {
 		got, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, o.client.Explain(err)
@@ -140,7 +151,7 @@ func (o *Options) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 		}
 		return false, nil
 	})
-	if wait.Interrupted(err) && ctx.Err() == nil {
+	if err != nil && timeout.Err() != nil && ctx.Err() == nil {
 		return nil, fmt.Errorf("pod %s/%s did not run within %s (--timeout)%s", pod.Namespace, pod.Name, o.Timeout, why)
 	}
 	return pod, err
