@@ -67,7 +67,7 @@ type progressReporter struct {
 }
 
 func (p *progressReporter) report(done int64, end bool) {
-	if p == nil || p.fn == nil {
+	if p.fn == nil {
 		return
 	}
 	now := time.Now()
