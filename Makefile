@@ -86,6 +86,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDefault -fuzztime $(FUZZTIME) ./pkg/cloudinit
 	$(GO) test -run '^$$' -fuzz FuzzAgentOutput -fuzztime $(FUZZTIME) ./pkg/guestagent
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/dhcp
+	$(GO) test -run '^$$' -fuzz FuzzParseChecksum -fuzztime $(FUZZTIME) ./pkg/diskimport
 
 ## The krew release of VERSION (a tag such as v0.1.0): the plugin's
 ## archives for linux and darwin on amd64 and arm64 in DIST, and the

@@ -13,10 +13,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # What the runner and its templates use: qemu 10.0 for x86 with SeaBIOS and
 # iPXE (its NIC option ROMs), the SPICE modules, qemu-block-extra for CD
-# images given as URLs, OVMF, swtpm (the runner runs it directly; swtpm_setup
-# from swtpm-tools is not used), CA certificates for https URLs, base-files
-# for the /bin, /lib, /lib64 links and /etc/os-release.
-packages=(base-files qemu-system-x86 qemu-system-modules-spice qemu-block-extra ovmf swtpm ca-certificates)
+# images given as URLs, qemu-utils for qemu-img (vm-runner import converts
+# a disk's source image onto its claim), OVMF, swtpm (the runner runs it
+# directly; swtpm_setup from swtpm-tools is not used), CA certificates for
+# https URLs, base-files for the /bin, /lib, /lib64 links and
+# /etc/os-release.
+packages=(base-files qemu-system-x86 qemu-system-modules-spice qemu-block-extra qemu-utils ovmf swtpm ca-certificates)
 
 # Packages that come with those by dependency but that nothing the runner
 # starts loads; their files are left out. OpenGL rendering (virgl), which
@@ -31,6 +33,8 @@ drop_packages=(mesa-libgallium libllvm19 libz3-4
 # those disks and GPUs, and mesa's GBM backend.
 drop_paths=(usr/lib/x86_64-linux-gnu/qemu/block-rbd.so usr/lib/x86_64-linux-gnu/qemu/block-gluster.so
 	usr/lib/x86_64-linux-gnu/gbm
+	# qemu-utils' tools beside qemu-img.
+	usr/bin/qemu-io usr/bin/qemu-nbd usr/bin/qemu-storage-daemon
 	# Documentation, translations, and data only shown to people.
 	usr/share/doc usr/share/man usr/share/info usr/share/locale usr/share/lintian usr/share/bug
 	usr/share/iso-codes usr/share/xml/iso-codes
