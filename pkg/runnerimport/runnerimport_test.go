@@ -191,3 +191,23 @@ func TestRunStandAlone(t *testing.T) {
 	require.NoError(t, Run(t.Context(), Options{Config: f.cfg, ScratchDir: f.scratch}))
 	require.Equal(t, fileBytes(t, f.image), f.diskHead(t))
 }
+
+// TestRunInterrupted: an import that was cut off (its record says
+// Importing, the disk holds part of an image) is done again, from the
+// source named now.
+func TestRunInterrupted(t *testing.T) {
+	f := newFixture(t)
+	records := filepath.Join(f.cfg.DataDir, runnerconfig.ImportRecordDir)
+	require.NoError(t, os.MkdirAll(records, 0o755))
+	require.NoError(t, diskimport.WriteRecord(records, diskimport.Record{Disk: "root-disk", Source: f.image2, State: diskimport.StateImporting}))
+	df, err := os.OpenFile(f.disk, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = df.WriteAt(fileBytes(t, f.image2)[:1<<20], 0)
+	require.NoError(t, err)
+	require.NoError(t, df.Close())
+
+	rep := &recorder{}
+	require.NoError(t, f.run(t, rep))
+	require.Equal(t, fileBytes(t, f.image), f.diskHead(t))
+	require.Equal(t, v1.ReasonImported, rep.last().Reason)
+}
