@@ -24,7 +24,7 @@ func disk(args []string) int {
 			return diskReceive(args[1:])
 		}
 	}
-	fmt.Fprintln(os.Stderr, "Usage: vm-runner disk wait | vm-runner disk receive --disk DISK --device PATH --records DIR --scratch DIR [--size N] [--name FILE] [--force]")
+	fmt.Fprintln(os.Stderr, "Usage: vm-runner disk wait | vm-runner disk receive --disk DISK --device PATH --records DIR --scratch DIR [--size N] [--name FILE] [--force] [--check]")
 	return diskupload.ExitUsage
 }
 
@@ -46,7 +46,7 @@ func diskWait(args []string) int {
 func diskReceive(args []string) int {
 	flags := pflag.NewFlagSet(diskupload.ReceiveName, pflag.ContinueOnError)
 	flags.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: vm-runner disk receive --disk DISK --device PATH --records DIR --scratch DIR [--size N] [--name FILE] [--force]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: vm-runner disk receive --disk DISK --device PATH --records DIR --scratch DIR [--size N] [--name FILE] [--force] [--check]\n\n"+
 			"Fill the disk at PATH with the image (qcow2 or raw, plain or compressed) read from stdin.\n\nFlags:\n%s", flags.FlagUsages())
 	}
 	var o diskupload.Options
@@ -57,6 +57,7 @@ func diskReceive(args []string) int {
 	flags.Int64Var(&o.Size, "size", 0, "the image's size in bytes: exactly that many are read, and fewer fail")
 	flags.StringVar(&o.Name, "name", "stdin", "the image's file name, for the record")
 	flags.BoolVar(&o.Force, "force", false, "overwrite a disk that holds data or was filled before")
+	check := flags.Bool("check", false, "only tell whether the disk may be filled (exit 0) or needs --force (exit 3); read nothing")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -76,12 +77,17 @@ func diskReceive(args []string) int {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", diskupload.ReceiveName, err)
 		return diskupload.ExitUsage
 	}
-	o.Progress = os.Stdout
-	// A signal stops the import; the record stays Importing, so that the
-	// next upload may write the disk again.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	err := diskupload.Receive(ctx, os.Stdin, o)
+	var err error
+	if *check {
+		err = diskupload.Check(o)
+	} else {
+		o.Progress = os.Stdout
+		// A signal stops the import; the record stays Importing, so that
+		// the next upload may write the disk again.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		err = diskupload.Receive(ctx, os.Stdin, o)
+	}
 	if err == nil {
 		return 0
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -70,12 +71,14 @@ func (e *NeedsForceError) Error() string {
 	return fmt.Sprintf("disk %s holds data (%s); --force overwrites it", e.Disk, e.Why)
 }
 
-// Receive fills the disk from r when the rule allows: it writes the
-// Importing record before the first byte goes to the disk and the Done
-// record after the image is on it, synced. A receive that was cut off
-// leaves the Importing record, which lets the next one write without
-// Force.
-func Receive(ctx context.Context, r io.Reader, o Options) error {
+// Check tells whether the disk may be filled: nil, a *NeedsForceError
+// or why it cannot be told. Receive checks again; the plugin asks first,
+// so that a refusal does not wait for the whole image.
+func Check(o Options) error {
+	// A VM that never ran has no records yet.
+	if err := os.MkdirAll(o.RecordDir, 0o755); err != nil {
+		return fmt.Errorf("import records: %w", err)
+	}
 	rec, err := diskimport.ReadRecord(o.RecordDir, o.Disk)
 	if err != nil {
 		return err
@@ -85,23 +88,49 @@ func Receive(ctx context.Context, r io.Reader, o Options) error {
 		return err
 	}
 	switch d := diskimport.Decide(rec, empty, o.Force); {
-	case d == diskimport.DecisionImport:
-	case !o.Force && d == diskimport.DecisionDone:
+	case d == diskimport.DecisionImport, o.Force:
+		// A user's --force replaces even what the guest wrote since an
+		// import (Decide keeps such a disk from an import, not from the
+		// user).
+		return nil
+	case d == diskimport.DecisionDone:
 		return &NeedsForceError{Disk: o.Disk, Why: fmt.Sprintf("filled from %s at %s", rec.Source, rec.Finished.UTC().Format(time.RFC3339))}
-	case !o.Force:
+	default:
 		return &NeedsForceError{Disk: o.Disk, Why: "it is not empty, and no upload or import wrote it"}
 	}
-	// A user's --force replaces even what the guest wrote since an
-	// import (Decide keeps such a disk from an import, not from the user).
+}
+
+// Receive fills the disk from r when Check allows: it writes the
+// Importing record before the first byte goes to the disk and the Done
+// record after the image is on it, synced. A receive that was cut off
+// leaves the Importing record, which lets the next one write without
+// Force.
+//
+// Whatever happens, r is read to its end (o.Size bytes): in a pod, an
+// exec whose process ends with stdin unread never ends (containerd's
+// copy into the process's stdin blocks), and the plugin would wait for
+// it.
+func Receive(ctx context.Context, r io.Reader, o Options) error {
+	if o.Size > 0 {
+		r = &sizedReader{r: r, left: o.Size}
+	}
+	err := receive(ctx, r, o)
+	if err != nil && ctx.Err() == nil {
+		_, _ = io.Copy(io.Discard, r)
+	}
+	return err
+}
+
+func receive(ctx context.Context, r io.Reader, o Options) error {
+	if err := Check(o); err != nil {
+		return err
+	}
 	started := time.Now().UTC()
 	source := SourcePrefix + o.Name
 	if err := diskimport.WriteRecord(o.RecordDir, diskimport.Record{
 		Disk: o.Disk, Source: source, State: diskimport.StateImporting, Started: started,
 	}); err != nil {
 		return err
-	}
-	if o.Size > 0 {
-		r = &sizedReader{r: r, left: o.Size}
 	}
 	res, err := diskimport.Import(ctx, diskimport.Source{Reader: r, Name: source, Size: o.Size}, diskimport.Options{
 		Target:     o.Device,

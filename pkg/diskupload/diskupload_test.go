@@ -29,7 +29,6 @@ func setup(t *testing.T) (diskupload.Options, []byte) {
 	require.NoError(t, os.WriteFile(device, nil, 0o644))
 	require.NoError(t, os.Truncate(device, deviceSize))
 	o := diskupload.Options{Disk: "root-disk", Device: device, RecordDir: filepath.Join(dir, "records"), ScratchDir: filepath.Join(dir, "scratch"), Name: "root.raw"}
-	require.NoError(t, os.Mkdir(o.RecordDir, 0o755))
 	require.NoError(t, os.Mkdir(o.ScratchDir, 0o755))
 	image := make([]byte, imageSize)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -86,7 +85,11 @@ func TestDoneNeedsForce(t *testing.T) {
 	require.NoError(t, receive(t, o, image))
 	other := bytes.Repeat([]byte{7}, 1<<20)
 
-	err := receive(t, o, other)
+	require.ErrorAs(t, diskupload.Check(o), new(*diskupload.NeedsForceError))
+	in := bytes.NewReader(other)
+	o.Size = int64(len(other))
+	err := diskupload.Receive(t.Context(), in, o)
+	require.Zero(t, in.Len(), "a refusal reads all of stdin: an exec never ends with stdin unread")
 	var nf *diskupload.NeedsForceError
 	require.ErrorAs(t, err, &nf)
 	require.ErrorContains(t, err, "disk root-disk holds data (filled from upload:root.raw at ")
@@ -94,6 +97,7 @@ func TestDoneNeedsForce(t *testing.T) {
 	requireDevice(t, o, image)
 
 	o.Force = true
+	require.NoError(t, diskupload.Check(o))
 	o.Name = "other.raw"
 	require.NoError(t, receive(t, o, other))
 	requireDevice(t, o, append(other, image[len(other):]...))

@@ -62,8 +62,15 @@ func (o *Options) upload(ctx context.Context, t *target, file io.Reader, name st
 	if pod, err = o.waitRunning(ctx, created); err != nil {
 		return err
 	}
-	p := newProgress(o.ErrOut, name, o.size)
+	// Asked first, so that a disk that needs --force is refused before
+	// the image is sent: the receiver reads all of it in any case.
 	var stderr bytes.Buffer
+	err = runnerexec.Exec(ctx, o.client.Config, pod, append(receiveCommand(t, name, o.size, o.Force), "--check"), runnerexec.Streams{Stderr: &stderr})
+	if err = o.receiverError(t, err, stderr.String()); err != nil {
+		return err
+	}
+	p := newProgress(o.ErrOut, name, o.size)
+	stderr.Reset()
 	start := time.Now()
 	err = runnerexec.Exec(ctx, o.client.Config, pod, receiveCommand(t, name, o.size, o.Force), runnerexec.Streams{
 		Stdin:  p.reader(file),
