@@ -91,7 +91,7 @@ func TestImportUpload(t *testing.T) {
 
 	out, errOut, err = upload(gz, "--force")
 	require.NoError(t, err, "stdout: %s\nstderr: %s", out, errOut)
-	t.Logf("kubectl vm disk upload --force of a gzipped raw image:\n%s", out)
+	t.Logf("kubectl vm disk upload --force of a gzipped raw image:\n%s%s", errOut, out)
 	requireDiskHolds(t, volume, other)
 	deleteVM(t, ns, vm)
 }
@@ -104,7 +104,8 @@ func writeTestImage(t testing.TB, file string, size int64, seed uint64) {
 	require.NoError(t, err)
 	defer f.Close()
 	rng := rand.New(rand.NewPCG(seed, 42))
-	for _, r := range [][2]int64{{0, 1 << 20}, {size/3 + 123, 3 << 20}, {size/2 + 4096, 70000}, {size - 4096, 4096}} {
+	// Over half of it data, so that the upload's rate means something.
+	for _, r := range [][2]int64{{0, size / 5}, {size/3 + 123, size / 4}, {size*2/3 + 4096, 70000}, {size - size/8, size / 8}} {
 		b := make([]byte, r[1])
 		for i := range b {
 			b[i] = byte(rng.UintN(256))
