@@ -93,6 +93,37 @@ func TestImportUpload(t *testing.T) {
 	require.NoError(t, err, "stdout: %s\nstderr: %s", out, errOut)
 	t.Logf("kubectl vm disk upload --force of a gzipped raw image:\n%s%s", errOut, out)
 	requireDiskHolds(t, volume, other)
+
+	// ^C while the image is sent: the pod goes, the record says
+	// Importing, and the next upload needs no --force. The image is
+	// larger than the disk, so that, were the ^C too late, the import
+	// would still end before writing anything.
+	huge := filepath.Join(dir, "huge.raw")
+	writeTestImage(t, huge, 3*uploadDiskSize, 3)
+	cmd := kubectlCmd(t.Context(), append(alice, "disk", "upload", vm, "--disk", "system", "--image", huge, "--force")...)
+	var cutOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &cutOut, &cutOut
+	require.NoError(t, cmd.Start())
+	record := filepath.Join(node.VolumePath(volume+"-data"), "disk-imports", "import-system-disk.json")
+	eventually.Within(t, time.Minute, func() string {
+		if b, err := os.ReadFile(record); err != nil || !bytes.Contains(b, []byte(`"upload:huge.raw"`)) {
+			return "no record of the upload of huge.raw yet"
+		}
+		return ""
+	})
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	require.Error(t, cmd.Wait(), "the upload was cut off")
+	t.Logf("kubectl vm disk upload cut off by SIGINT:\n%s", cutOut.String())
+	require.Contains(t, cutOut.String(), "error: vm upload/up: the upload to disk system-disk was interrupted; run it again to finish it")
+	require.NotContains(t, cutOut.String(), "Copying stdin failed", "client-go's own words of the cut-off streams")
+	_, err = node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-disk-upload", metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "the uploader pod is gone: %v", err)
+	b, err := os.ReadFile(record)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"state": "Importing"`)
+	out, errOut, err = upload(qcow2)
+	require.NoError(t, err, "after a cut-off upload, no --force: stdout: %s\nstderr: %s", out, errOut)
+	requireDiskHolds(t, volume, want)
 	deleteVM(t, ns, vm)
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -147,6 +148,10 @@ func (o *Options) Validate() error {
 func (o *Options) Run(ctx context.Context) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The upload's error says how it ended; client-go's log of the
+	// streams it was still copying when it was cut off ("Copying stdin
+	// failed") only repeats that in worse words.
+	utilruntime.ErrorHandlers = nil
 	c, err := vmclient.New(o.configFlags)
 	if err != nil {
 		return err
