@@ -42,8 +42,8 @@ func (o *Options) upload(ctx context.Context, t *target, file io.Reader, name st
 		return err
 	}
 	// Where the VM never ran, its claims are made here.
-	for _, name := range []string{t.disk, render.VolumeRunnerData} {
-		if err := o.ensureClaim(ctx, t.sts, name); err != nil {
+	for _, tmpl := range []string{t.disk, render.VolumeRunnerData} {
+		if err := o.ensureClaim(ctx, t.sts, tmpl); err != nil {
 			return err
 		}
 	}
