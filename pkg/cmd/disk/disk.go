@@ -31,7 +31,9 @@ func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 	cmd := &cobra.Command{
 		Use:   "disk",
 		Short: "Work on a stopped VM's disks",
-		Args:  cobra.NoArgs,
+		Example: fmt.Sprintf(`  # Put a local qcow2 image into the system disk of the stopped VM web
+  %[1]s disk upload web --disk system --image debian.qcow2`, name),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()
 		},

@@ -50,7 +50,10 @@ func uploaderPod(t *target) (*corev1.Pod, error) {
 	if runner == nil {
 		return nil, fmt.Errorf("statefulset %s/%s has no container %q: cannot tell the VM's runner image", t.sts.Namespace, t.sts.Name, render.ContainerRunner)
 	}
+	// Not the VM's selector labels: neither its StatefulSet (which would
+	// adopt the pod) nor its Services take the uploader for the VM's pod.
 	labels := render.Labels(t.sts.Name)
+	delete(labels, render.LabelName)
 	labels[render.LabelComponent] = ComponentDiskUpload
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
