@@ -46,7 +46,7 @@ func VMName(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
 }
 
 func vmNames(ctx context.Context, configFlags *genericclioptions.ConfigFlags, given []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	return fromCluster(ctx, configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
+	return FromCluster(ctx, configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
 		vms, err := c.List(ctx, false)
 		if err != nil {
 			return nil, err
@@ -64,7 +64,7 @@ func vmNames(ctx context.Context, configFlags *genericclioptions.ConfigFlags, gi
 // Namespaces completes the namespaces of the cluster, for -n.
 func Namespaces(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		return fromCluster(cmd.Context(), configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
+		return FromCluster(cmd.Context(), configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
 			list, err := c.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return nil, err
@@ -82,7 +82,7 @@ func Namespaces(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc
 // class of a disk.
 func StorageClasses(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		return fromCluster(cmd.Context(), configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
+		return FromCluster(cmd.Context(), configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
 			list, err := c.Kube.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return nil, err
@@ -108,11 +108,11 @@ func Contexts(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
 	}
 }
 
-// fromCluster completes with what list finds in the cluster within
+// FromCluster completes with what list finds in the cluster within
 // Timeout. An error means no completions: the shell would show an error
 // message as a completion, so it goes only to cobra's debug log
 // (BASH_COMP_DEBUG_FILE).
-func fromCluster(ctx context.Context, configFlags *genericclioptions.ConfigFlags, toComplete string, list func(context.Context, *vmclient.Client) ([]string, error)) ([]cobra.Completion, cobra.ShellCompDirective) {
+func FromCluster(ctx context.Context, configFlags *genericclioptions.ConfigFlags, toComplete string, list func(context.Context, *vmclient.Client) ([]string, error)) ([]cobra.Completion, cobra.ShellCompDirective) {
 	c, err := vmclient.New(configFlags)
 	if err != nil {
 		cobra.CompDebugln(err.Error(), false)

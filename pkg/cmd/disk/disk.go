@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -181,23 +180,12 @@ func diskNames(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc 
 		if len(args) == 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		c, err := vmclient.New(configFlags)
-		if err != nil {
-			cobra.CompDebugln(err.Error(), false)
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), completion.Timeout)
-		defer cancel()
-		vm, err := c.Get(ctx, args[0])
-		if err != nil || vm.StatefulSet == nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var out []cobra.Completion
-		for _, d := range disks(vm.StatefulSet) {
-			if strings.HasPrefix(d, toComplete) {
-				out = append(out, d)
+		return completion.FromCluster(cmd.Context(), configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
+			vm, err := c.Get(ctx, args[0])
+			if err != nil || vm.StatefulSet == nil {
+				return nil, err
 			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
+			return disks(vm.StatefulSet), nil
+		})
 	}
 }
