@@ -138,6 +138,20 @@ var pools = map[string]pool{
 			obj{"selector": obj{"matchExpressions": []any{obj{"key": "a", "operator": "In"}}}, "resources": obj{"requests": obj{"storage": "1Gi"}}},
 		},
 	},
+	"spec.vm.disks[].source": {
+		usual: []any{
+			obj{"url": "https://example.com/images/debian-13.qcow2"},
+			obj{"url": "http://127.0.0.1:9/a.raw.xz", "checksum": "sha256:" + strings.Repeat("0123456789abcdef", 4)},
+			obj{"file": "images/debian.qcow2"},
+		},
+		odd: []any{
+			obj{}, obj{"url": "", "file": "a.raw"}, obj{"url": "", "file": ""}, obj{"url": "ftp://h/a"},
+			obj{"url": "http://h a"}, obj{"url": "http:///a"}, obj{"file": "../a"}, obj{"file": "a/../b"},
+			obj{"file": "..."}, obj{"file": "./a"}, obj{"file": "/abs/a"}, obj{"file": "a//b"},
+			obj{"url": "http://h/a", "file": "b"}, obj{"url": "http://h/a", "checksum": "md5:00"},
+			obj{"url": "http://h/a", "checksum": ""}, obj{"file": "a", "checksum": "SHA256:" + strings.Repeat("0", 64)},
+		},
+	},
 	"spec.vm.disks[].cdrom.image": {
 		usual: []any{"", "debian.iso", "isos/debian.iso", "/srv/missing.iso", "http://127.0.0.1:9/missing.iso"},
 		odd:   []any{"two\nlines.iso", "nul\x00.iso", "a,b.iso"},
