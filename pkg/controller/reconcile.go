@@ -176,7 +176,11 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 	if len(list) > 0 {
 		return list[0].Name, "", nil
 	}
-	d := vm.Spec.VM.Display
+	// As rendered: a VM without a display section has the default SPICE
+	// display, which must not be left open.
+	defaulted := vm.DeepCopy()
+	defaulted.Default()
+	d := defaulted.Spec.VM.Display
 	if vm.Spec.VM.State != v1.StateRunning || d == nil || d.Spice == nil || (d.Spice.GenerateSecret != nil && !*d.Spice.GenerateSecret) {
 		return "", "", nil
 	}
