@@ -74,10 +74,14 @@ func ReadRecord(dir, disk string) (*Record, error) {
 
 // WriteRecord writes r into dir atomically: a crash leaves either the old
 // record or the new one, never a torn file that would read as corrupt.
+// dir is made if need be (a VM that never ran has none).
 func WriteRecord(dir string, r Record) error {
 	path, err := recordPath(dir, r.Disk)
 	if err != nil {
 		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("import record %s: %w", path, err)
 	}
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -75,10 +74,6 @@ func (e *NeedsForceError) Error() string {
 // or why it cannot be told. Receive checks again; the plugin asks first,
 // so that a refusal does not wait for the whole image.
 func Check(o Options) error {
-	// A VM that never ran has no records yet.
-	if err := os.MkdirAll(o.RecordDir, 0o755); err != nil {
-		return fmt.Errorf("import records: %w", err)
-	}
 	rec, err := diskimport.ReadRecord(o.RecordDir, o.Disk)
 	if err != nil {
 		return err

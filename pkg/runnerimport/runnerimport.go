@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path"
 	"path/filepath"
 	"time"
@@ -63,9 +62,6 @@ func Run(ctx context.Context, opts Options) error {
 	w := newConditionWriter(opts.Reporter, opts.Log)
 	defer w.close()
 	records := filepath.Join(opts.Config.DataDir, runnerconfig.ImportRecordDir)
-	if err := os.MkdirAll(records, 0o755); err != nil {
-		return fmt.Errorf("import records: %w", err)
-	}
 	for _, d := range opts.Config.VM.Drives {
 		if d.Source == nil || d.Resource == "" {
 			continue
