@@ -194,6 +194,9 @@ func (r *Runner) launch(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := checkDisksFilled(&c.VM, r.dataDir); err != nil {
+		return &ExitError{Code: runnerexit.Import, Err: err}
+	}
 	id, err := machineUUID(c, r.dataDir)
 	if err != nil {
 		return err

@@ -17,7 +17,8 @@ const (
 	Network = 6
 )
 
-// Import is vm-runner import's: a disk could not be filled from its
-// source image; its error (the termination message) names the disk and
-// the cause. The runner did not start.
+// Import: a disk could not be filled from its source image (vm-runner
+// import), or the runner found a disk whose filling did not finish; the
+// error (the termination message) names the disk and the cause. qemu was
+// not started.
 const Import = 7

@@ -77,6 +77,7 @@ func FromPod(pod *corev1.Pod, want bool, restartHash string) Conditions {
 var startFailures = map[int32]struct{ reason, fallback string }{
 	runnerexit.QemuRefused: {v1.ReasonQemuFailed, "qemu refused to start the VM"},
 	runnerexit.Network:     {v1.ReasonNetworkFailed, "the runner could not set up the VM's network"},
+	runnerexit.Import:      {v1.ReasonImportFailed, "a disk of the VM is not filled from its image"},
 }
 
 // startFailed is the Failed condition of a runner that ended with one of

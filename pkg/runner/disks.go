@@ -1,0 +1,35 @@
+package runner
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/vmop/vmop/pkg/diskimport"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+// checkDisksFilled refuses to boot from a disk whose filling from an image
+// (vm-runner import, kubectl vm disk upload) began and did not end: it
+// holds part of an image. That is an upload running now, or one cut off,
+// or an import whose source was then removed; an import with its source
+// is done again by the pod's init container before the runner starts.
+func checkDisksFilled(vm *runnerconfig.VM, dataDir string) error {
+	dir := filepath.Join(dataDir, runnerconfig.ImportRecordDir)
+	for _, d := range vm.Drives {
+		if d.Type != runnerconfig.DriveRaw || d.Resource == "" {
+			continue
+		}
+		disk := filepath.Base(d.Resource)
+		rec, err := diskimport.ReadRecord(dir, disk)
+		if err != nil {
+			return err
+		}
+		if rec != nil && rec.State == diskimport.StateImporting {
+			return fmt.Errorf("disk %s may hold part of an image: filling it from %s began at %s and did not finish "+
+				"(an upload still running, or one cut off: run kubectl vm disk upload again)",
+				disk, rec.Source, rec.Started.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
+}
