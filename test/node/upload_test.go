@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +122,17 @@ func TestImportUpload(t *testing.T) {
 	b, err := os.ReadFile(record)
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"state": "Importing"`)
+	// The VM does not boot from the half-written disk: its runner says
+	// why, in kubectl vm status, before qemu starts.
+	kubectl(t, "", append(alice, "start", vm)...)
+	eventually.Within(t, 2*time.Minute, func() string {
+		status := kubectl(t, "", append(alice, "status", vm)...)
+		if !regexp.MustCompile(`Failed\s+True\s+ImportFailed\s+\S+\s+disk system-disk may hold part of an image: filling it from upload:huge.raw began`).MatchString(status) {
+			return "no ImportFailed for the cut-off upload in kubectl vm status:\n" + status
+		}
+		return ""
+	})
+	kubectl(t, "", append(alice, "stop", vm, "--wait", "--timeout", "2m")...)
 	out, errOut, err = upload(qcow2)
 	require.NoError(t, err, "after a cut-off upload, no --force: stdout: %s\nstderr: %s", out, errOut)
 	requireDiskHolds(t, volume, want)
