@@ -39,14 +39,21 @@ func (e *FormatError) Error() string {
 	return fmt.Sprintf("%s: image format %s: %s", e.Source, e.Format, e.Detail)
 }
 
-// TooLargeError is an image whose virtual size exceeds the target's size.
+// TooLargeError is an image whose virtual size exceeds the target's size,
+// or whose data, staged, already ran past what such a target can hold
+// (StagedBytes; VirtualSize is then unknown).
 type TooLargeError struct {
 	Source, Target string
 	VirtualSize    int64
+	StagedBytes    int64
 	TargetSize     int64
 }
 
 func (e *TooLargeError) Error() string {
+	if e.StagedBytes > 0 {
+		return fmt.Sprintf("%s: the image's data runs past %d bytes, more than %s's size of %d bytes can hold; staging stopped",
+			e.Source, e.StagedBytes-1, e.Target, e.TargetSize)
+	}
 	return fmt.Sprintf("%s: virtual size %d bytes exceeds %s's size of %d bytes",
 		e.Source, e.VirtualSize, e.Target, e.TargetSize)
 }

@@ -146,7 +146,12 @@ func Import(ctx context.Context, src Source, opts Options) (Result, error) {
 		staging.Close()
 		return res, err
 	}
-	st, err := stage(ctx, r, size, staging, opts.Progress)
+	st, err := stage(ctx, r, size, stagingLimit(targetSize), staging, opts.Progress)
+	if errors.Is(err, errStagedTooLarge) {
+		r.Close()
+		staging.Close()
+		return res, &TooLargeError{Source: src.String(), Target: opts.Target, StagedBytes: st.imageBytes, TargetSize: targetSize}
+	}
 	// The connection is not needed for the conversion.
 	r.Close()
 	if cerr := staging.Close(); err == nil && cerr != nil {
@@ -342,4 +347,11 @@ func syncFile(path string) error {
 		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// stagingLimit is the most an image for a target of targetSize may take
+// staged: a raw image is at most the target's size, a qcow2 image its
+// data plus its tables (well under 1/64 of it) and a header.
+func stagingLimit(targetSize int64) int64 {
+	return targetSize + targetSize/64 + 16<<20
 }

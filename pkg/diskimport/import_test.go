@@ -546,3 +546,39 @@ func TestReason(t *testing.T) {
 		}
 	}
 }
+
+// TestImportStagingBound: an image whose data runs past what the target
+// could hold stops being staged there (a small gzip of zeros that expands
+// to 64 MiB, for a 1 MiB target): the scratch volume is not filled by a
+// decompression bomb, and the target stays as it was.
+func TestImportStagingBound(t *testing.T) {
+	dir := t.TempDir()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	data := make([]byte, 64<<20)
+	data[0] = 1 // not all zero: the file's data, not a hole
+	if _, err := zw.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bomb.raw.gz"), gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := newTarget(t, 1<<20, 0x5a)
+	before := readFile(t, target)
+	scratch := t.TempDir()
+	_, err := Import(t.Context(), Source{URL: serveDir(t, dir) + "/bomb.raw.gz"}, Options{Target: target, ScratchDir: scratch})
+	var tooLarge *TooLargeError
+	if !errors.As(err, &tooLarge) || tooLarge.StagedBytes != stagingLimit(1<<20)+1 {
+		t.Fatalf("got %v (%#v), want a TooLargeError after %d staged bytes", err, tooLarge, stagingLimit(1<<20)+1)
+	}
+	if Reason(err) != "ImageTooLarge" || !strings.Contains(err.Error(), "staging stopped") {
+		t.Fatalf("reason %q, error %q", Reason(err), err)
+	}
+	if !bytes.Equal(before, readFile(t, target)) {
+		t.Fatal("the target changed")
+	}
+	assertNoStaging(t, scratch)
+}

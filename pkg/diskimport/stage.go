@@ -1,6 +1,7 @@
 package diskimport
 
 import (
+	"errors"
 	"bufio"
 	"bytes"
 	"context"
@@ -89,7 +90,10 @@ type staged struct {
 // stage reads src once: it hashes the bytes as served, decompresses them
 // when their magic says they are compressed and writes the result to
 // dst, sparse.
-func stage(ctx context.Context, src io.Reader, size int64, dst *os.File, progress func(Progress)) (staged, error) {
+// errStagedTooLarge: the image's data ran past stage's limit.
+var errStagedTooLarge = errors.New("the image is larger than the limit")
+
+func stage(ctx context.Context, src io.Reader, size, limit int64, dst *os.File, progress func(Progress)) (staged, error) {
 	sr := &sourceReader{
 		ctx:      ctx,
 		r:        src,
@@ -131,7 +135,14 @@ func stage(ctx context.Context, src io.Reader, size int64, dst *os.File, progres
 		defer zr.Close()
 		data = zr
 	}
-	if st.imageBytes, err = writeSparse(dst, data); err != nil {
+	// A bound on what the scratch volume takes, whatever the source (a
+	// compressed image may expand to far more than was downloaded).
+	data = io.LimitReader(data, limit+1)
+	st.imageBytes, err = writeSparse(dst, data)
+	if err == nil && st.imageBytes > limit {
+		return st, errStagedTooLarge
+	}
+	if err != nil {
 		if st.compression != "" {
 			return st, fmt.Errorf("%s: %w", st.compression, err)
 		}
