@@ -1,12 +1,12 @@
 package diskimport
 
 import (
-	"errors"
 	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
