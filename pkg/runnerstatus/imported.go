@@ -3,11 +3,9 @@ package runnerstatus
 import (
 	"context"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 )
@@ -29,24 +27,7 @@ func (r *Reporter) SetImported(ctx context.Context, c metav1.Condition) error {
 	if err != nil {
 		return fmt.Errorf("virtualmachine %s/%s: %w", r.namespace, r.name, err)
 	}
-	c.ObservedGeneration = vm.GetGeneration()
-	c.LastTransitionTime = metav1.NewTime(r.opts.now().Truncate(time.Second))
-	if old, ok := r.conditionsOf(vm)[c.Type]; ok && old.Status == c.Status && !old.LastTransitionTime.IsZero() {
-		c.LastTransitionTime = old.LastTransitionTime
-	}
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1.APIVersion,
-		"kind":       v1.Kind,
-		"metadata":   map[string]any{"name": r.name, "namespace": r.namespace},
-		"status": map[string]any{"conditions": []any{map[string]any{
-			"type":               c.Type,
-			"status":             string(c.Status),
-			"reason":             c.Reason,
-			"message":            c.Message,
-			"observedGeneration": c.ObservedGeneration,
-			"lastTransitionTime": c.LastTransitionTime.UTC().Format(time.RFC3339),
-		}}},
-	}}
+	obj := r.applyObject(map[string]any{"conditions": []any{r.conditionObject(c, vm.GetGeneration(), r.conditionsOf(vm))}})
 	if _, err := r.vms.ApplyStatus(ctx, r.name, obj, metav1.ApplyOptions{FieldManager: ImportFieldManager, Force: true}); err != nil {
 		return fmt.Errorf("virtualmachine %s/%s: write the %s condition: %w", r.namespace, r.name, c.Type, err)
 	}

@@ -480,6 +480,11 @@ func (r *Reporter) statusObject(s runner.Status) *unstructured.Unstructured {
 	for k, v := range guestStatus(s.Guest) {
 		status[k] = v
 	}
+	return r.applyObject(status)
+}
+
+// applyObject is the VirtualMachine with status alone, for ApplyStatus.
+func (r *Reporter) applyObject(status map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1.APIVersion,
 		"kind":       v1.Kind,
@@ -533,24 +538,30 @@ func guestStatus(g guestagent.Info) map[string]any {
 func (r *Reporter) conditionList(s runner.Status) []any {
 	booted := cond(v1.ConditionBooted, s.Booted, ReasonGuestAgentConnected, "The guest agent is connected.",
 		ReasonGuestAgentNotConnected, "The guest agent is not connected.")
-	now := metav1.NewTime(r.opts.now().Truncate(time.Second))
 	var list []any
 	for _, c := range []metav1.Condition{booted, mediaCondition(s.CDProblems)} {
-		c.ObservedGeneration = r.generation
-		c.LastTransitionTime = now
-		if old, ok := r.conditions[c.Type]; ok && old.Status == c.Status && !old.LastTransitionTime.IsZero() {
-			c.LastTransitionTime = old.LastTransitionTime
-		}
-		list = append(list, map[string]any{
-			"type":               c.Type,
-			"status":             string(c.Status),
-			"reason":             c.Reason,
-			"message":            c.Message,
-			"observedGeneration": c.ObservedGeneration,
-			"lastTransitionTime": c.LastTransitionTime.UTC().Format(time.RFC3339),
-		})
+		list = append(list, r.conditionObject(c, r.generation, r.conditions))
 	}
 	return list
+}
+
+// conditionObject is c for an apply: observed at generation, its
+// lastTransitionTime kept from old (the VM's conditions by type) unless
+// its status flips.
+func (r *Reporter) conditionObject(c metav1.Condition, generation int64, old map[string]metav1.Condition) map[string]any {
+	c.ObservedGeneration = generation
+	c.LastTransitionTime = metav1.NewTime(r.opts.now().Truncate(time.Second))
+	if o, ok := old[c.Type]; ok && o.Status == c.Status && !o.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = o.LastTransitionTime
+	}
+	return map[string]any{
+		"type":               c.Type,
+		"status":             string(c.Status),
+		"reason":             c.Reason,
+		"message":            c.Message,
+		"observedGeneration": c.ObservedGeneration,
+		"lastTransitionTime": c.LastTransitionTime.UTC().Format(time.RFC3339),
+	}
 }
 
 // mediaCondition names each CD drive without its medium by the spec's
