@@ -190,33 +190,39 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 	return metav1.Condition{}, false
 }
 
-// importing tells whether the pod's import init container runs.
-func importing(pod *corev1.Pod) bool {
-	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name == render.ContainerImport && cs.State.Running != nil {
-			return true
+// importStatus is the status of the pod's import init container, nil
+// when it has none.
+func importStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	for i := range pod.Status.InitContainerStatuses {
+		if pod.Status.InitContainerStatuses[i].Name == render.ContainerImport {
+			return &pod.Status.InitContainerStatuses[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// importing tells whether the pod's import init container runs.
+func importing(pod *corev1.Pod) bool {
+	cs := importStatus(pod)
+	return cs != nil && cs.State.Running != nil
 }
 
 // importFailure reports the import init container's failure, which the
 // kubelet retries with back-off: its last words name the disk and the
 // cause. While it runs again, the failure stands until it succeeds.
 func importFailure(pod *corev1.Pod) (metav1.Condition, bool) {
-	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name != render.ContainerImport {
-			continue
-		}
-		t := cs.State.Terminated
-		if t == nil || t.ExitCode == 0 {
-			t = cs.LastTerminationState.Terminated
-		}
-		if t == nil || t.ExitCode == 0 || cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {
-			return metav1.Condition{}, false
-		}
-		msg := cmp.Or(strings.TrimSpace(t.Message), fmt.Sprintf("vm-runner import exited with %d", t.ExitCode))
-		return Condition(v1.ConditionFailed, true, v1.ReasonImportFailed, fmt.Sprintf("%s (%d restarts).", msg, cs.RestartCount)), true
+	cs := importStatus(pod)
+	if cs == nil {
+		return metav1.Condition{}, false
 	}
-	return metav1.Condition{}, false
+	t := cs.State.Terminated
+	if t == nil {
+		// Running again, or waiting in back-off.
+		t = cs.LastTerminationState.Terminated
+	}
+	if t == nil || t.ExitCode == 0 {
+		return metav1.Condition{}, false
+	}
+	msg := cmp.Or(strings.TrimSpace(t.Message), fmt.Sprintf("vm-runner import exited with %d", t.ExitCode))
+	return Condition(v1.ConditionFailed, true, v1.ReasonImportFailed, fmt.Sprintf("%s (%d restarts).", msg, cs.RestartCount)), true
 }

@@ -142,3 +142,43 @@ func TestFromPod(t *testing.T) {
 	require.Equal(t, v1.ReasonStopping, FromPod(pod, false, "old").Running.Reason)
 	require.Len(t, FromPod(pod, false, "old").List(), 4)
 }
+
+// TestImportFailure: the import init container's failure is the VM's,
+// while it waits in back-off and while it runs again; a success or a
+// first run is none, and the running import shows in Running.
+func TestImportFailure(t *testing.T) {
+	const words = "disk system-disk: http://h/a.qcow2: checksum mismatch: want sha256:00, got sha256:11"
+	pod := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{
+		Name:                 render.ContainerImport,
+		RestartCount:         2,
+		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: runnerexit.Import, Message: words + "\n"}},
+	}}}}
+	c, ok := failed(pod)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonImportFailed, c.Reason)
+	require.Equal(t, words+" (2 restarts).", c.Message)
+
+	cs := &pod.Status.InitContainerStatuses[0]
+	cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	c, ok = failed(pod)
+	require.True(t, ok, "running again after a failure")
+	require.Equal(t, v1.ReasonImportFailed, c.Reason)
+	require.Equal(t, v1.ReasonStarting, FromPod(pod, true, "").Running.Reason)
+	require.Contains(t, FromPod(pod, true, "").Running.Message, "fills the VM's disks")
+
+	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: runnerexit.Import}}
+	c, ok = failed(pod)
+	require.True(t, ok, "just exited")
+	require.Equal(t, "vm-runner import exited with 7 (2 restarts).", c.Message)
+
+	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	_, ok = failed(pod)
+	require.False(t, ok, "imported")
+
+	first := &corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{
+		Name: render.ContainerImport, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+	}}}}
+	_, ok = failed(first)
+	require.False(t, ok, "a first import")
+}
