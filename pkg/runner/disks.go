@@ -2,7 +2,6 @@ package runner
 
 import (
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/vmop/vmop/pkg/diskimport"
@@ -15,12 +14,12 @@ import (
 // or an import whose source was then removed; an import with its source
 // is done again by the pod's init container before the runner starts.
 func checkDisksFilled(vm *runnerconfig.VM, dataDir string) error {
-	dir := filepath.Join(dataDir, runnerconfig.ImportRecordDir)
+	dir := runnerconfig.ImportRecords(dataDir)
 	for _, d := range vm.Drives {
 		if d.Type != runnerconfig.DriveRaw || d.Resource == "" {
 			continue
 		}
-		disk := filepath.Base(d.Resource)
+		disk := d.RecordName()
 		rec, err := diskimport.ReadRecord(dir, disk)
 		if err != nil {
 			return err

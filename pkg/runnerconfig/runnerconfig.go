@@ -9,6 +9,7 @@
 package runnerconfig
 
 import (
+	"path"
 	"strconv"
 	"strings"
 )
@@ -172,6 +173,14 @@ type Drive struct {
 	// first start.
 	Source *DriveSource `json:"source,omitempty"`
 }
+
+// ImportRecords is the directory of the import records under dataDir.
+func ImportRecords(dataDir string) string { return path.Join(dataDir, ImportRecordDir) }
+
+// RecordName names the drive's disk in the import records: its device's
+// base name, which in a pod is the disk's volume name (render puts the
+// volume at /dev/<name>), as kubectl vm disk upload names it too.
+func (d Drive) RecordName() string { return path.Base(d.Resource) }
 
 // DriveSource is an image to import: URL (http or https) or File (a path
 // in the runner's file system), and its "sha256:<hex>" checksum.

@@ -8,8 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path"
-	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -61,7 +59,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	w := newConditionWriter(opts.Reporter, opts.Log)
 	defer w.close()
-	records := filepath.Join(opts.Config.DataDir, runnerconfig.ImportRecordDir)
+	records := runnerconfig.ImportRecords(opts.Config.DataDir)
 	for _, d := range opts.Config.VM.Drives {
 		if d.Source == nil || d.Resource == "" {
 			continue
@@ -75,7 +73,7 @@ func Run(ctx context.Context, opts Options) error {
 
 // fill imports into one drive if Decide lets it.
 func fill(ctx context.Context, opts Options, w *conditionWriter, records string, d runnerconfig.Drive) error {
-	disk := path.Base(d.Resource)
+	disk := d.RecordName()
 	src := diskimport.Source{URL: d.Source.URL, File: d.Source.File, Checksum: d.Source.Checksum}
 	log := opts.Log.With("disk", disk, "source", src.String())
 	fail := func(err error) error {

@@ -2,7 +2,6 @@ package disk
 
 import (
 	"fmt"
-	"path"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +29,7 @@ func PodName(vm string) string { return vm + "-" + ComponentDiskUpload }
 // RecordDir is where the receiver keeps its records: the import records
 // of the VM's runner data, which the VM's own import (vm-runner import)
 // reads too.
-var RecordDir = path.Join(runnerconfig.DataDir, runnerconfig.ImportRecordDir)
+var RecordDir = runnerconfig.ImportRecords(runnerconfig.DataDir)
 
 // uploaderPod is the pod that holds the disk's claim for the upload: the
 // VM's runner image, placed as the VM's pod is (its volumes may be local
