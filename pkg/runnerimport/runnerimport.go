@@ -126,7 +126,7 @@ func fill(ctx context.Context, opts Options, w *conditionWriter, records string,
 				return
 			}
 			last = time.Now()
-			msg := fmt.Sprintf("disk %s: %s", disk, ProgressText(p))
+			msg := fmt.Sprintf("disk %s: %s", disk, progressText(p))
 			log.Info("Import progress", "phase", p.Phase, "done", p.Done, "total", p.Total)
 			w.set(metav1.Condition{Status: metav1.ConditionFalse, Reason: v1.ReasonImporting, Message: msg}, false)
 		},
@@ -154,9 +154,9 @@ func (o Options) event(ctx context.Context, e runner.Event) {
 	}
 }
 
-// ProgressText says where a phase stands: "downloading 120 MiB of 480
-// MiB (25%)", or without a total "downloading 120 MiB".
-func ProgressText(p diskimport.Progress) string {
+// progressText says where a phase stands: "downloading 120Mi of 480Mi
+// (25%)", or without a total "downloading 120Mi".
+func progressText(p diskimport.Progress) string {
 	verb := "downloading"
 	if p.Phase == diskimport.PhaseConverting {
 		verb = "converting"
