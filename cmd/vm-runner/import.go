@@ -8,14 +8,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/runnerexit"
 	"github.com/vmop/vmop/pkg/runnerimport"
-	"github.com/vmop/vmop/pkg/runnerstatus"
 	"github.com/vmop/vmop/pkg/version"
 )
 
@@ -47,20 +45,9 @@ func importDisks(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	opts := runnerimport.Options{Config: c, ScratchDir: *scratch, QemuImg: *qemuImg, Log: log}
-	rep, err := runnerstatus.InCluster(c.VM.Name, log)
-	switch {
-	case errors.Is(err, runnerstatus.ErrNotInCluster):
-	case err != nil:
-		log.Warn("Cannot report the import", "err", err)
-	default:
+	if rep := inCluster(c.VM.Name, log); rep != nil {
 		opts.Reporter = rep
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := rep.StopEvents(ctx); err != nil {
-				log.Warn("Cannot write the import's events", "err", err)
-			}
-		}()
+		defer stopReporting(rep.StopEvents, "the import's events", log)
 	}
 	log.Info("Importing disks", "version", version.Get(), "config", *config)
 	if err := runnerimport.Run(ctx, opts); err != nil {

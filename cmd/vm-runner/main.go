@@ -152,7 +152,18 @@ func check(r *runner.Runner, log *slog.Logger) int {
 // a pod, and returns what writes the final status and the last events; nil
 // when stand-alone.
 func report(r *runner.Runner, log *slog.Logger) func() {
-	rep, err := runnerstatus.InCluster(r.Name(), log)
+	rep := inCluster(r.Name(), log)
+	if rep == nil {
+		return nil
+	}
+	r.UseReporter(rep)
+	return func() { stopReporting(rep.Stop, "the final status and events", log) }
+}
+
+// inCluster is the reporter of the VM vm in a pod; nil stand-alone, or
+// when it cannot be made (the log says why).
+func inCluster(vm string, log *slog.Logger) *runnerstatus.Reporter {
+	rep, err := runnerstatus.InCluster(vm, log)
 	switch {
 	case errors.Is(err, runnerstatus.ErrNotInCluster):
 		return nil
@@ -160,13 +171,16 @@ func report(r *runner.Runner, log *slog.Logger) func() {
 		log.Warn("Cannot report the VM's status", "err", err)
 		return nil
 	}
-	r.UseReporter(rep)
-	return func() {
-		// The signal context has ended by now: give the last write its own.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := rep.Stop(ctx); err != nil {
-			log.Warn("Cannot write the final status and events", "err", err)
-		}
+	return rep
+}
+
+// stopReporting ends a reporter with stop (its Stop or StopEvents), which
+// writes what it still holds (what, for the log).
+func stopReporting(stop func(context.Context) error, what string, log *slog.Logger) {
+	// The signal context has ended by now: give the last writes their own.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		log.Warn("Cannot write "+what, "err", err)
 	}
 }
