@@ -51,10 +51,7 @@ func TestDebianServer(t *testing.T) {
 	}))
 	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{Name: ns + "-" + vm + "-data", Size: resource.MustParse("16Mi")}))
 
-	home := t.TempDir()
-	key := filepath.Join(home, "id_ed25519")
-	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice@vmop-test", "-f", key).CombinedOutput()
-	require.NoError(t, err, "ssh-keygen: %s", out)
+	home, key := sshKey(t, "alice@vmop-test")
 
 	// The disk's size finds the volume: no other volume of the node is as
 	// large.
@@ -83,22 +80,8 @@ func TestDebianServer(t *testing.T) {
 	})
 
 	t.Run("ssh", func(t *testing.T) {
-		ssh := func(command string) []string {
-			return []string{"vm", "ssh", "--as", as, "-n", ns, "-i", key, "-o", "BatchMode=yes",
-				"-o", "StrictHostKeyChecking=accept-new", "-o", "UserKnownHostsFile=" + filepath.Join(home, "known_hosts"),
-				"debian@" + vm, "--", command}
-		}
-		// sshd answers once cloud-init has made its host keys and given
-		// the default user the key.
-		var out string
-		eventually.Within(t, 4*time.Minute, func() string {
-			o, errOut, err := kubectlResult(t.Context(), "", ssh("hostname; id -un")...)
-			if err != nil {
-				return fmt.Sprintf("kubectl vm ssh: %v: %s", err, errOut)
-			}
-			out = o
-			return ""
-		})
+		ssh := func(command string) []string { return guestSSH(ns, vm, home, key, command, "--as", as) }
+		out := waitSSH(t, 4*time.Minute, ssh("hostname; id -un"))
 		t.Logf("kubectl vm ssh -i KEY debian@%s -- 'hostname; id -un' %.0f s after kubectl vm create:\n%s", vm, time.Since(start).Seconds(), out)
 		require.Equal(t, vm+"\ndebian\n", out)
 		// Debian's ssh hashes known_hosts: ssh-keygen finds the name.
@@ -130,4 +113,40 @@ func TestDebianServer(t *testing.T) {
 	t.Logf("kubectl vm stop --wait: %.1f s", time.Since(start).Seconds())
 	requireEvents(t, ns, "vm/"+vm, "ShutdownCompleted", "after it was asked to")
 	deleteVM(t, ns, vm)
+}
+
+// sshKey makes an ed25519 key pair without a passphrase in a new home
+// directory: the key's path (its public half beside it, .pub) and the
+// home for known_hosts.
+func sshKey(t *testing.T, comment string) (home, key string) {
+	home = t.TempDir()
+	key = filepath.Join(home, "id_ed25519")
+	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", key).CombinedOutput()
+	require.NoError(t, err, "ssh-keygen: %s", out)
+	return home, key
+}
+
+// guestSSH is kubectl vm ssh to the Debian guest's default user with key,
+// known_hosts in home; extra are kubectl's flags (--as).
+func guestSSH(ns, vm, home, key, command string, extra ...string) []string {
+	args := append([]string{"vm", "ssh"}, extra...)
+	return append(args, "-n", ns, "-i", key, "-o", "BatchMode=yes",
+		"-o", "StrictHostKeyChecking=accept-new", "-o", "UserKnownHostsFile="+filepath.Join(home, "known_hosts"),
+		"debian@"+vm, "--", command)
+}
+
+// waitSSH runs kubectl with args until it succeeds and returns its
+// output: sshd answers once cloud-init has made its host keys and given
+// the default user the key.
+func waitSSH(t *testing.T, timeout time.Duration, args []string) string {
+	var out string
+	eventually.Within(t, timeout, func() string {
+		o, errOut, err := kubectlResult(t.Context(), "", args...)
+		if err != nil {
+			return fmt.Sprintf("kubectl vm ssh: %v: %s", err, errOut)
+		}
+		out = o
+		return ""
+	})
+	return out
 }

@@ -51,10 +51,7 @@ func TestImportCloudImage(t *testing.T) {
 		require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{Name: v.Name + "-data", Size: resource.MustParse("16Mi")}))
 	}
 
-	home := t.TempDir()
-	key := filepath.Join(home, "id_ed25519")
-	out, err = exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "import@vmop-test", "-f", key).CombinedOutput()
-	require.NoError(t, err, "ssh-keygen: %s", out)
+	home, key := sshKey(t, "import@vmop-test")
 
 	kubectl(t, "", "vm", "create", vm, "-n", ns, "--cpus", "1", "--ram", "1Gi", "--disk", "3Gi,"+testnode.StorageClassBlock,
 		"--image", url, "--image-checksum", sum, "--ssh-key", key+".pub")
@@ -68,17 +65,7 @@ func TestImportCloudImage(t *testing.T) {
 	requireEvents(t, ns, "vm/"+vm, "Importing", "Imported")
 
 	t.Run("cloud-init", func(t *testing.T) {
-		var out string
-		eventually.Within(t, 5*time.Minute, func() string {
-			o, errOut, err := kubectlResult(t.Context(), "", "vm", "ssh", "-n", ns, "-i", key, "-o", "BatchMode=yes",
-				"-o", "StrictHostKeyChecking=accept-new", "-o", "UserKnownHostsFile="+filepath.Join(home, "known_hosts"),
-				"debian@"+vm, "--", "hostname; id -un")
-			if err != nil {
-				return fmt.Sprintf("kubectl vm ssh: %v: %s", err, errOut)
-			}
-			out = o
-			return ""
-		})
+		out := waitSSH(t, 5*time.Minute, guestSSH(ns, vm, home, key, "hostname; id -un"))
 		t.Logf("kubectl vm ssh %s -- 'hostname; id -un' %.0f s after kubectl vm start:\n%s", vm, time.Since(start).Seconds(), out)
 		require.Equal(t, vm+"\ndebian\n", out)
 	})
