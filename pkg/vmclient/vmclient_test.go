@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/vmop/vmop/internal/testcluster"
 	"github.com/vmop/vmop/internal/vmtest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/podsync"
@@ -202,6 +203,7 @@ func TestClient(t *testing.T) {
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
+		require.NoError(t, testcluster.WaitAllowed(ctx, e.Kube, user, vmtest.Namespace, role.Rules...))
 		flags := e.ConfigFlags(vmtest.Namespace)
 		flags.Impersonate = ptr.To(user)
 		editor, err := vmclient.New(flags)

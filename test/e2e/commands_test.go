@@ -25,6 +25,7 @@ import (
 
 	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/plugintest"
+	"github.com/vmop/vmop/internal/testcluster"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/podsync"
@@ -77,6 +78,7 @@ func TestCommands(t *testing.T) {
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
+		require.NoError(t, testcluster.WaitAllowed(ctx, e.kube, user, ns, rbacv1.PolicyRule{APIGroups: []string{v1.Group}, Resources: []string{v1.Resource}, Verbs: []string{"get", "patch"}}))
 		return func(t *testing.T, args ...string) (string, string) {
 				t.Helper()
 				return run(t, append([]string{"--as", user}, args...)...)

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/internal/syncbuffer"
+	"github.com/vmop/vmop/internal/testcluster"
 	"github.com/vmop/vmop/internal/testguest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
@@ -225,5 +226,7 @@ func serviceAccountWith(t testing.TB, ns, name string, rules []rbacv1.PolicyRule
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	return "system:serviceaccount:" + ns + ":" + name
+	user := "system:serviceaccount:" + ns + ":" + name
+	require.NoError(t, testcluster.WaitAllowed(ctx, node.Client, user, ns, rules...))
+	return user
 }

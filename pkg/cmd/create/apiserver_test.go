@@ -112,10 +112,8 @@ func TestOnAPIServer(t *testing.T) {
 	t.Run("rights", func(t *testing.T) {
 		// Only create on vms: the command needs no get, patch or list.
 		kube := c.Client()
-		_, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: "vm-creator"},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{v1.Group}, Resources: []string{v1.Resource}, Verbs: []string{"create"}}},
-		}, metav1.CreateOptions{})
+		rules := []rbacv1.PolicyRule{{APIGroups: []string{v1.Group}, Resources: []string{v1.Resource}, Verbs: []string{"create"}}}
+		_, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "vm-creator"}, Rules: rules}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		_, err = kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "vm-creator"},
@@ -123,6 +121,7 @@ func TestOnAPIServer(t *testing.T) {
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "creator"}},
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
+		require.NoError(t, testcluster.WaitAllowed(ctx, kube, "creator", ns, rules...))
 
 		r := run(t, with("--as", "creator", "create", "by-creator", "--ram", "1Gi")...)
 		require.NoError(t, r.Err)

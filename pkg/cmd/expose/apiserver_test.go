@@ -91,14 +91,12 @@ func TestOnAPIServer(t *testing.T) {
 
 	t.Run("rights", func(t *testing.T) {
 		kube := c.Client()
-		_, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: "exposer"},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{v1.Group}, Resources: []string{v1.Resource}, Verbs: []string{"get"}},
-				{APIGroups: []string{"apps"}, Resources: []string{"statefulsets"}, Verbs: []string{"get"}},
-				{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"create"}},
-			},
-		}, metav1.CreateOptions{})
+		rules := []rbacv1.PolicyRule{
+			{APIGroups: []string{v1.Group}, Resources: []string{v1.Resource}, Verbs: []string{"get"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"statefulsets"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"create"}},
+		}
+		_, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "exposer"}, Rules: rules}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		_, err = kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "exposer"},
@@ -106,6 +104,7 @@ func TestOnAPIServer(t *testing.T) {
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "exposer"}},
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
+		require.NoError(t, testcluster.WaitAllowed(ctx, kube, "exposer", ns, rules...))
 
 		r := run(t, with("--as", "exposer", "expose", "web", "--port", "80")...)
 		require.NoError(t, r.Err, r.Stderr)
