@@ -24,7 +24,7 @@ func disk(args []string) int {
 			return diskReceive(args[1:])
 		}
 	}
-	fmt.Fprintln(os.Stderr, "Usage: vm-runner disk wait | vm-runner disk receive --disk DISK --device PATH --records DIR --scratch DIR [--size N] [--name FILE] [--force] [--check]")
+	fmt.Fprintln(os.Stderr, "Usage: vm-runner disk wait | vm-runner disk receive --disk DISK --device PATH [--claim-size N] --records DIR --scratch DIR [--size N] [--name FILE] [--force] [--check]")
 	return diskupload.ExitUsage
 }
 
@@ -46,12 +46,13 @@ func diskWait(args []string) int {
 func diskReceive(args []string) int {
 	flags := pflag.NewFlagSet(diskupload.ReceiveName, pflag.ContinueOnError)
 	flags.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: vm-runner disk receive --disk DISK --device PATH --records DIR --scratch DIR [--size N] [--name FILE] [--force] [--check]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: vm-runner disk receive --disk DISK --device PATH [--claim-size N] --records DIR --scratch DIR [--size N] [--name FILE] [--force] [--check]\n\n"+
 			"Fill the disk at PATH with the image (qcow2 or raw, plain or compressed) read from stdin.\n\nFlags:\n%s", flags.FlagUsages())
 	}
 	var o diskupload.Options
 	flags.StringVar(&o.Disk, "disk", "", "the disk's volume name, which its import record is named after")
-	flags.StringVar(&o.Device, "device", "", "the disk's block device")
+	flags.StringVar(&o.Device, "device", "", "the disk's block device, or its image file with --claim-size")
+	flags.Int64Var(&o.ClaimSize, "claim-size", 0, "the size in bytes of the Filesystem claim that holds the --device image file, which is made or grown to it")
 	flags.StringVar(&o.RecordDir, "records", "", "the directory of the VM's import records")
 	flags.StringVar(&o.ScratchDir, "scratch", "", "the directory the image is staged in")
 	flags.Int64Var(&o.Size, "size", 0, "the image's size in bytes: exactly that many are read, and fewer fail")

@@ -129,9 +129,10 @@ var pools = map[string]pool{
 			obj{"resources": obj{"requests": obj{"storage": "1Gi"}}},
 			obj{"accessModes": []any{"ReadWriteOnce"}, "volumeMode": "Block", "storageClassName": "local", "resources": obj{"requests": obj{"storage": "40Gi"}}},
 			obj{"volumeName": "pv-1", "resources": obj{"requests": obj{"storage": "1Gi"}}},
+			obj{"volumeMode": "Filesystem", "resources": obj{"requests": obj{"storage": "1Gi"}}},
 		},
 		odd: []any{
-			obj{"volumeMode": "Filesystem", "resources": obj{"requests": obj{"storage": "1Gi"}}},
+			obj{"volumeMode": "Memory", "resources": obj{"requests": obj{"storage": "1Gi"}}},
 			obj{"accessModes": []any{"ReadWriteSometimes"}, "resources": obj{"requests": obj{"storage": "1Gi"}}},
 			obj{"resources": obj{"requests": obj{"storage": "-1Gi"}}},
 			obj{},

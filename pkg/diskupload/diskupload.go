@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmop/vmop/pkg/diskfile"
 	"github.com/vmop/vmop/pkg/diskimport"
 )
 
@@ -40,8 +41,12 @@ const SourcePrefix = "upload:"
 type Options struct {
 	// Disk is the disk's volume name (root-disk): its record's name.
 	Disk string
-	// Device is the disk (a regular file in tests).
+	// Device is the disk: a block device, or the image file of a
+	// Filesystem claim when ClaimSize is set (a regular file in tests).
 	Device string
+	// ClaimSize, for an image file, is its claim's size: the file is made
+	// or grown to it first (see pkg/diskfile).
+	ClaimSize int64
 	// RecordDir holds the VM's import records; ScratchDir stages the
 	// image.
 	RecordDir, ScratchDir string
@@ -74,6 +79,11 @@ func (e *NeedsForceError) Error() string {
 // or why it cannot be told. Receive checks again; the plugin asks first,
 // so that a refusal does not wait for the whole image.
 func Check(o Options) error {
+	if o.ClaimSize > 0 {
+		if _, err := diskfile.Ensure(o.Device, o.ClaimSize); err != nil {
+			return err
+		}
+	}
 	rec, err := diskimport.ReadRecord(o.RecordDir, o.Disk)
 	if err != nil {
 		return err

@@ -80,6 +80,17 @@ func TestFresh(t *testing.T) {
 	require.NotContains(t, lines.String(), "downloading", "the plugin counts what it sends")
 }
 
+// TestFilesystemClaim: on a Filesystem claim the receiver makes the
+// disk's image file at the claim's size, then fills it.
+func TestFilesystemClaim(t *testing.T) {
+	o, image := setup(t)
+	o.Device = filepath.Join(t.TempDir(), "disk.img")
+	o.ClaimSize = deviceSize
+	require.NoError(t, diskupload.Check(o))
+	require.NoError(t, receive(t, o, image))
+	requireDevice(t, o, image)
+}
+
 func TestDoneNeedsForce(t *testing.T) {
 	o, image := setup(t)
 	require.NoError(t, receive(t, o, image))

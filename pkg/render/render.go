@@ -58,7 +58,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "11"
+const Version = "12"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -308,6 +308,11 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 		switch {
 		case d.VolumeClaimTemplate != nil:
 			dr := runnerconfig.Drive{Type: runnerconfig.DriveRaw, Bootindex: d.Bootindex, Resource: "/dev/" + v.DiskName(i)}
+			if t := d.VolumeClaimTemplate; onFilesystem(t) {
+				// Validation made sure of a positive size.
+				size := t.Spec.Resources.Requests[corev1.ResourceStorage]
+				dr.Resource, dr.ClaimSize = runnerconfig.DiskFile(v.DiskName(i)), size.Value()
+			}
 			if src := d.Source; src != nil {
 				dr.Source = &runnerconfig.DriveSource{URL: src.URL, Checksum: src.Checksum}
 				if src.File != "" {
@@ -476,8 +481,7 @@ func (r *renderer) container() corev1.Container {
 	}
 	for i, d := range v.Disks {
 		if d.VolumeClaimTemplate != nil {
-			name := v.DiskName(i)
-			c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: "/dev/" + name})
+			attachDisk(&c, v.DiskName(i), d.VolumeClaimTemplate)
 		}
 	}
 	if d := v.Display; d != nil && d.Spice != nil {
@@ -517,19 +521,37 @@ func (r *renderer) importer() *corev1.Container {
 			{Name: VolumeImportScratch, MountPath: runnerconfig.ImportScratchDir},
 		},
 	}
+	filled := 0
 	for i, d := range v.Disks {
 		if d.Source != nil && d.VolumeClaimTemplate != nil {
-			name := v.DiskName(i)
-			c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: "/dev/" + name})
+			attachDisk(&c, v.DiskName(i), d.VolumeClaimTemplate)
+			filled++
 		}
 	}
-	if len(c.VolumeDevices) == 0 {
+	if filled == 0 {
 		return nil
 	}
 	if usesImageRepository(v) {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeImageRepository, MountPath: runnerconfig.ImageRepositoryDir, ReadOnly: true})
 	}
 	return &c
+}
+
+// attachDisk gives c the claim of the disk whose volume is called name:
+// a Block volume as the device /dev/<name>, a Filesystem one mounted on
+// the directory of its image file (runnerconfig.DiskFile).
+func attachDisk(c *corev1.Container, name string, t *v1.VolumeClaimTemplate) {
+	if onFilesystem(t) {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path.Dir(runnerconfig.DiskFile(name))})
+		return
+	}
+	c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: "/dev/" + name})
+}
+
+// onFilesystem tells a (defaulted) claim template of volumeMode
+// Filesystem, whose disk is an image file on it.
+func onFilesystem(t *v1.VolumeClaimTemplate) bool {
+	return *t.Spec.VolumeMode == corev1.PersistentVolumeFilesystem
 }
 
 func image(im *v1.Image) string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vmop/vmop/pkg/diskfile"
 	"github.com/vmop/vmop/pkg/diskimport"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
@@ -28,6 +29,19 @@ func checkDisksFilled(vm *runnerconfig.VM, dataDir string) error {
 			return fmt.Errorf("disk %s may hold part of an image: filling it from %s began at %s and did not finish "+
 				"(an upload still running, or one cut off: run kubectl vm disk upload again)",
 				disk, rec.Source, rec.Started.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
+}
+
+// ensureDiskFiles makes or grows the image files of the disks on
+// Filesystem claims, which qemu opens as they are.
+func ensureDiskFiles(vm *runnerconfig.VM) error {
+	for _, d := range vm.Drives {
+		if d.Type == runnerconfig.DriveRaw && d.ClaimSize > 0 {
+			if _, err := diskfile.Ensure(d.Resource, d.ClaimSize); err != nil {
+				return fmt.Errorf("disk %s: %w", d.RecordName(), err)
+			}
 		}
 	}
 	return nil

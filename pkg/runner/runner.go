@@ -197,6 +197,9 @@ func (r *Runner) launch(ctx context.Context) error {
 	if err := checkDisksFilled(&c.VM, r.dataDir); err != nil {
 		return &ExitError{Code: runnerexit.Import, Err: err}
 	}
+	if err := ensureDiskFiles(&c.VM); err != nil {
+		return err
+	}
 	id, err := machineUUID(c, r.dataDir)
 	if err != nil {
 		return err

@@ -29,6 +29,13 @@ const (
 	// claim), records the disks filled from an image: they are never
 	// filled again.
 	ImportRecordDir = "disk-imports"
+	// DiskFilesDir holds the Filesystem claims of the VM's disks, one
+	// directory each, named after the disk's volume, with the disk in
+	// DiskFileName.
+	DiskFilesDir = "/var/local/vmop-disks"
+	// DiskFileName is a disk's raw image file on a Filesystem claim
+	// (KubeVirt's name, so that a claim moves between the two).
+	DiskFileName = "disk.img"
 	// DisplayPasswordFile and PasswordExpiryFile come from the display
 	// Secret's keys of the same names.
 	DisplayPasswordFile = "display-password"
@@ -168,6 +175,10 @@ type Drive struct {
 	Resource  string `json:"resource,omitempty"`
 	Device    string `json:"device,omitempty"`
 	File      string `json:"file,omitempty"`
+	// ClaimSize is a vmop addition, set when Resource is a raw image file
+	// on a Filesystem claim of that many bytes: the file is made when
+	// missing and grown when the claim grew (see pkg/diskfile).
+	ClaimSize int64 `json:"claimSize,omitempty"`
 	// Source is a vmop addition (the Java runner ignores it): the image
 	// that vm-runner import puts on an empty Resource before the VM's
 	// first start.
@@ -177,10 +188,19 @@ type Drive struct {
 // ImportRecords is the directory of the import records under dataDir.
 func ImportRecords(dataDir string) string { return path.Join(dataDir, ImportRecordDir) }
 
-// RecordName names the drive's disk in the import records: its device's
-// base name, which in a pod is the disk's volume name (render puts the
-// volume at /dev/<name>), as kubectl vm disk upload names it too.
-func (d Drive) RecordName() string { return path.Base(d.Resource) }
+// RecordName names the drive's disk in the import records: its volume
+// name, as kubectl vm disk upload names it too. Render puts a Block
+// volume at /dev/<name> and a Filesystem one's file at DiskFile(<name>).
+func (d Drive) RecordName() string {
+	if d.ClaimSize > 0 {
+		return path.Base(path.Dir(d.Resource))
+	}
+	return path.Base(d.Resource)
+}
+
+// DiskFile is where a pod has the image file of the disk whose
+// Filesystem volume is called volume.
+func DiskFile(volume string) string { return path.Join(DiskFilesDir, volume, DiskFileName) }
 
 // DriveSource is an image to import: URL (http or https) or File (a path
 // in the runner's file system), and its "sha256:<hex>" checksum.

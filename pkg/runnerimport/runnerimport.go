@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/diskfile"
 	"github.com/vmop/vmop/pkg/diskimport"
 	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
@@ -85,6 +86,11 @@ func fill(ctx context.Context, opts Options, w *conditionWriter, records string,
 	rec, err := diskimport.ReadRecord(records, disk)
 	if err != nil {
 		return fail(err)
+	}
+	if d.ClaimSize > 0 {
+		if _, err := diskfile.Ensure(d.Resource, d.ClaimSize); err != nil {
+			return fail(err)
+		}
 	}
 	empty, err := diskimport.Empty(d.Resource)
 	if err != nil {

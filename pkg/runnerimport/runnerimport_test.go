@@ -148,6 +148,27 @@ func TestRunOnce(t *testing.T) {
 	require.Contains(t, rep.events[0].Message, "disk root-disk was imported from "+f.image)
 }
 
+// TestRunFilesystemClaim: a disk on a Filesystem claim starts as an empty
+// directory; the import makes its sparse image file at the claim's size
+// and records it under the disk's volume name.
+func TestRunFilesystemClaim(t *testing.T) {
+	f := newFixture(t)
+	claim := filepath.Join(t.TempDir(), "root-disk")
+	require.NoError(t, os.Mkdir(claim, 0o700))
+	f.disk = filepath.Join(claim, runnerconfig.DiskFileName)
+	f.cfg.VM.Drives[0].Resource, f.cfg.VM.Drives[0].ClaimSize = f.disk, 16<<20
+	rep := &recorder{}
+	require.NoError(t, f.run(t, rep))
+	require.Equal(t, fileBytes(t, f.image), f.diskHead(t))
+	fi, err := os.Stat(f.disk)
+	require.NoError(t, err)
+	require.EqualValues(t, 16<<20, fi.Size(), "the file has the claim's size")
+	require.Contains(t, rep.last().Message, "disk root-disk: imported ")
+	rec, err := diskimport.ReadRecord(filepath.Join(f.cfg.DataDir, runnerconfig.ImportRecordDir), "root-disk")
+	require.NoError(t, err)
+	require.Equal(t, diskimport.StateDone, rec.State)
+}
+
 // TestRunHeldData: a disk with data and no record is kept.
 func TestRunHeldData(t *testing.T) {
 	f := newFixture(t)

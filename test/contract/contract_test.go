@@ -273,6 +273,11 @@ func (q *qemuChecker) localize(t *testing.T, c *runnerconfig.Config, dir string)
 	for i := range c.VM.Drives {
 		d := &c.VM.Drives[i]
 		switch {
+		case d.ClaimSize > 0:
+			// A Filesystem claim's directory: the runner makes disk.img.
+			claim := filepath.Join(dir, fmt.Sprintf("claim%d", i))
+			require.NoError(t, os.Mkdir(claim, 0o755))
+			d.Resource = filepath.Join(claim, runnerconfig.DiskFileName)
 		case d.Resource != "":
 			disk := filepath.Join(dir, fmt.Sprintf("disk%d.raw", i))
 			require.NoError(t, os.WriteFile(disk, nil, 0o644))

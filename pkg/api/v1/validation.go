@@ -514,10 +514,8 @@ func (v *VMSpec) validateVolumeClaimTemplate(i int, p *field.Path, names sets.Se
 	errs = append(errs, validateLabels(t.Metadata.Labels, mp.Child("labels"))...)
 	errs = append(errs, apivalidation.ValidateAnnotations(t.Metadata.Annotations, mp.Child("annotations"))...)
 	sp := p.Child("spec")
-	if m := *t.Spec.VolumeMode; m != corev1.PersistentVolumeBlock {
-		// The runner hands qemu a raw device; a file system volume would
-		// need an image file on it, which nothing creates.
-		errs = append(errs, field.NotSupported(sp.Child("volumeMode"), m, []corev1.PersistentVolumeMode{corev1.PersistentVolumeBlock}))
+	if m := *t.Spec.VolumeMode; m != corev1.PersistentVolumeBlock && m != corev1.PersistentVolumeFilesystem {
+		errs = append(errs, field.NotSupported(sp.Child("volumeMode"), m, []corev1.PersistentVolumeMode{corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem}))
 	}
 	storage, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]
 	switch sp := sp.Child("resources", "requests").Key(string(corev1.ResourceStorage)); {

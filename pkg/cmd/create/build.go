@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,6 +20,9 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
 )
+
+// volumeModes are the values of --volume-mode.
+var volumeModes = []string{string(corev1.PersistentVolumeBlock), string(corev1.PersistentVolumeFilesystem)}
 
 // Values of --network.
 const (
@@ -74,6 +78,10 @@ func (o *Options) build() (*v1.VirtualMachine, error) {
 	case o.ImageChecksum != "" && o.Image == "":
 		errs = append(errs, errors.New("--image-checksum checks --image: give an --image too"))
 	}
+	mode := corev1.PersistentVolumeMode(o.VolumeMode)
+	if !slices.Contains(volumeModes, o.VolumeMode) {
+		errs = append(errs, fmt.Errorf("--volume-mode %q is not supported: use %s", o.VolumeMode, strings.Join(volumeModes, " or ")))
+	}
 	networks, err := parseNetworks(o.Networks)
 	errs = append(errs, err)
 	s.Networks = networks
@@ -86,6 +94,9 @@ func (o *Options) build() (*v1.VirtualMachine, error) {
 		t.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: size}
 		if class != "" {
 			t.Spec.StorageClassName = ptr.To(class)
+		}
+		if o.given("volume-mode") {
+			t.Spec.VolumeMode = ptr.To(mode)
 		}
 		disk := v1.Disk{VolumeClaimTemplate: t}
 		if i == 0 {

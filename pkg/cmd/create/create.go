@@ -66,6 +66,8 @@ type Options struct {
 	RAM, MaxRAM   string
 	// Disks are --disk values SIZE[,STORAGECLASS]; the first boots.
 	Disks []string
+	// VolumeMode is every disk's volumeMode: Block or Filesystem.
+	VolumeMode string
 	// Image fills the system disk at the first start: a URL or a file of
 	// the image repository; ImageChecksum is its "sha256:<hex>".
 	Image, ImageChecksum string
@@ -103,7 +105,8 @@ defaults (1 CPU, 1Gi, UEFI, a SPICE display, state Stopped).
 --cpus and --ram set currentCpus and currentRam; maximumCpus and
 maximumRam are --max-cpus and --max-ram, or the same values (raise them to
 leave room for "kubectl vm set" later). Each --disk is a volume claim
-template (volumeMode Block): the first is the system disk ("system",
+template (volumeMode Block, or --volume-mode Filesystem for storage
+classes that have no Block volumes, e.g. local-path): the first is the system disk ("system",
 bootindex 0), the others are "data-1", "data-2", ... Each --cdrom is a CD
 drive with an image of the image repository, a URL, or "" for an empty
 drive; CD drives boot after the system disk, so an installer CD starts
@@ -141,6 +144,7 @@ error and stays as it is.`,
 	f.StringVar(&o.RAM, "ram", "", "RAM the guest uses, e.g. 4Gi (spec.vm.currentRam)")
 	f.StringVar(&o.MaxRAM, "max-ram", "", "RAM the guest may be given while it runs (spec.vm.maximumRam; default --ram)")
 	f.StringArrayVar(&o.Disks, "disk", nil, "a disk SIZE[,STORAGECLASS], e.g. 40Gi or 40Gi,fast; may repeat, the first is the system disk")
+	f.StringVar(&o.VolumeMode, "volume-mode", volumeModes[0], "the disks' volumeMode: Block (qemu gets the device) or Filesystem (qemu gets a disk.img file on it, for storage classes without Block volumes, e.g. local-path)")
 	f.StringVar(&o.Image, "image", "", "an image (qcow2 or raw, maybe gz, xz or zstd compressed: an http(s) URL or a file of the image repository) that fills the system disk at the first start, e.g. a cloud image")
 	f.StringVar(&o.ImageChecksum, "image-checksum", "", "the --image file's sha256:HEX, checked before anything is written")
 	f.StringArrayVar(&o.CDROMs, "cdrom", nil, `a CD drive with an image: a file of the image repository, a URL, or "" (empty drive); may repeat`)
@@ -157,6 +161,7 @@ error and stays as it is.`,
 	_ = cmd.RegisterFlagCompletionFunc("dry-run", cobra.FixedCompletions(DryRuns, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("network", cobra.FixedCompletions([]string{networkPod, networkUser, networkTap, networkNone}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("disk", completeDisk(configFlags))
+	_ = cmd.RegisterFlagCompletionFunc("volume-mode", cobra.FixedCompletions(volumeModes, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("cdrom", cobra.NoFileCompletions)
 	_ = cmd.RegisterFlagCompletionFunc("image", cobra.NoFileCompletions)
 	_ = cmd.RegisterFlagCompletionFunc("image-checksum", cobra.NoFileCompletions)

@@ -55,6 +55,9 @@ var goldenCases = map[string][]string{
 	"cloud-image": {"create", "web", "--disk", "20Gi", "--ssh-key", sshKey, "--running",
 		"--image", "https://cloud.debian.org/images/cloud/trixie/latest/debian-13-genericcloud-amd64.qcow2",
 		"--image-checksum", "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+	// A cloud image on a storage class without Block volumes.
+	"filesystem": {"create", "web", "--disk", "20Gi,local-path", "--volume-mode", "Filesystem",
+		"--image", "https://cloud.debian.org/images/cloud/trixie/latest/debian-13-genericcloud-amd64.qcow2"},
 	// A key without user data: the user data is the key list.
 	"ssh-key": {"create", "server", "--ssh-key", sshKey, "--network", "none", "--max-ram", "3Gi"},
 }

@@ -2,6 +2,7 @@ package disk
 
 import (
 	"fmt"
+	"path"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +17,8 @@ import (
 const (
 	// ComponentDiskUpload marks the uploader pod among the VM's objects.
 	ComponentDiskUpload = "disk-upload"
-	// DevicePath is where the uploader pod has the disk, whichever it is.
+	// DevicePath is where the uploader pod has a disk on a Block claim,
+	// whichever it is.
 	DevicePath    = "/dev/vm-disk"
 	volumeDisk    = "disk"
 	volumeScratch = "scratch"
@@ -26,6 +28,18 @@ const (
 // time.
 func PodName(vm string) string { return vm + "-" + ComponentDiskUpload }
 
+// FilePath is where the uploader pod has a disk on a Filesystem claim:
+// the claim's image file.
+var FilePath = runnerconfig.DiskFile("vm-disk")
+
+// diskPath is where the uploader pod has the target's disk.
+func (t *target) diskPath() string {
+	if t.claimSize > 0 {
+		return FilePath
+	}
+	return DevicePath
+}
+
 // RecordDir is where the receiver keeps its records: the import records
 // of the VM's runner data, which the VM's own import (vm-runner import)
 // reads too.
@@ -33,11 +47,12 @@ var RecordDir = runnerconfig.ImportRecords(runnerconfig.DataDir)
 
 // uploaderPod is the pod that holds the disk's claim for the upload: the
 // VM's runner image, placed as the VM's pod is (its volumes may be local
-// to a node), with the disk as a block device, the VM's runner data for
-// the records and scratch space for the staged image. It runs "vm-runner
-// disk wait" until it is deleted; the receiver runs in it through
-// pods/exec. It needs no privilege: a volumeDevice is open to the
-// container, and it does not talk to the API server.
+// to a node), with the disk (a block device, or a Filesystem claim
+// mounted), the VM's runner data for the records and scratch space for
+// the staged image. It runs "vm-runner disk wait" until it is deleted;
+// the receiver runs in it through pods/exec. It needs no privilege: a
+// volumeDevice is open to the container, and it does not talk to the API
+// server.
 func uploaderPod(t *target) (*corev1.Pod, error) {
 	tmpl := &t.sts.Spec.Template.Spec
 	var runner *corev1.Container
@@ -54,6 +69,25 @@ func uploaderPod(t *target) (*corev1.Pod, error) {
 	labels := render.Labels(t.sts.Name)
 	delete(labels, render.LabelName)
 	labels[render.LabelComponent] = ComponentDiskUpload
+	c := corev1.Container{
+		// The runner's name: runnerexec execs into that container.
+		Name:            render.ContainerRunner,
+		Image:           runner.Image,
+		ImagePullPolicy: runner.ImagePullPolicy,
+		// Not the image's entrypoint: a VM's own runner image may have
+		// another.
+		Command: []string{"vm-runner", "disk", "wait"},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: render.VolumeRunnerData, MountPath: runnerconfig.DataDir},
+			{Name: volumeScratch, MountPath: runnerconfig.ImportScratchDir},
+		},
+		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
+	}
+	if t.claimSize > 0 {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volumeDisk, MountPath: path.Dir(FilePath)})
+	} else {
+		c.VolumeDevices = []corev1.VolumeDevice{{Name: volumeDisk, DevicePath: DevicePath}}
+	}
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(t.sts.Name), Namespace: t.sts.Namespace, Labels: labels},
@@ -67,21 +101,7 @@ func uploaderPod(t *target) (*corev1.Pod, error) {
 			EnableServiceLinks:           ptr.To(false),
 			// disk wait ends at once on SIGTERM.
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
-			Containers: []corev1.Container{{
-				// The runner's name: runnerexec execs into that container.
-				Name:            render.ContainerRunner,
-				Image:           runner.Image,
-				ImagePullPolicy: runner.ImagePullPolicy,
-				// Not the image's entrypoint: a VM's own runner image may
-				// have another.
-				Command:       []string{"vm-runner", "disk", "wait"},
-				VolumeDevices: []corev1.VolumeDevice{{Name: volumeDisk, DevicePath: DevicePath}},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: render.VolumeRunnerData, MountPath: runnerconfig.DataDir},
-					{Name: volumeScratch, MountPath: runnerconfig.ImportScratchDir},
-				},
-				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
-			}},
+			Containers:                    []corev1.Container{c},
 			Volumes: []corev1.Volume{
 				{Name: volumeDisk, VolumeSource: corev1.VolumeSource{
 					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: t.claim},
@@ -102,11 +122,14 @@ func uploaderPod(t *target) (*corev1.Pod, error) {
 func receiveCommand(t *target, name string, size int64, force bool) []string {
 	cmd := []string{"vm-runner", "disk", "receive",
 		"--disk", t.disk,
-		"--device", DevicePath,
+		"--device", t.diskPath(),
 		"--records", RecordDir,
 		"--scratch", runnerconfig.ImportScratchDir,
 		"--size", strconv.FormatInt(size, 10),
 		"--name", name,
+	}
+	if t.claimSize > 0 {
+		cmd = append(cmd, "--claim-size", strconv.FormatInt(t.claimSize, 10))
 	}
 	if force {
 		cmd = append(cmd, "--force")

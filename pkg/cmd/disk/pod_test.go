@@ -2,6 +2,7 @@ package disk
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -110,9 +111,24 @@ func TestResolveDisk(t *testing.T) {
 		_, err := resolveDisk(sts, given)
 		require.EqualError(t, err, want)
 	}
-	sts.Spec.VolumeClaimTemplates[1].Spec.VolumeMode = ptrTo(corev1.PersistentVolumeFilesystem)
-	_, err := resolveDisk(sts, "root")
-	require.EqualError(t, err, `--disk "root": disk root-disk of vm vms/web has volumeMode Filesystem: only a Block disk can be filled`)
+}
+
+// TestUploaderPodFilesystem: a disk on a Filesystem claim is its image
+// file, which the receiver makes at the claim's size.
+func TestUploaderPodFilesystem(t *testing.T) {
+	sts := renderVM(t, strings.Replace(placedVM, "storageClassName: local-block", "volumeMode: Filesystem", 1)).StatefulSet
+	tg, err := resolveDisk(sts, "root")
+	require.NoError(t, err)
+	require.EqualValues(t, 20<<30, tg.claimSize)
+	pod, err := uploaderPod(tg)
+	require.NoError(t, err)
+	c := pod.Spec.Containers[0]
+	require.Empty(t, c.VolumeDevices)
+	require.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: volumeDisk, MountPath: "/var/local/vmop-disks/vm-disk"})
+	require.Equal(t, []string{"vm-runner", "disk", "receive", "--disk", "root-disk", "--device", "/var/local/vmop-disks/vm-disk/disk.img",
+		"--records", "/var/local/vm-data/disk-imports", "--scratch", "/var/local/vmop-import", "--size", "1234", "--name", "root.qcow2",
+		"--claim-size", "21474836480"},
+		receiveCommand(tg, "root.qcow2", 1234, false))
 }
 
 // TestNewClaim: the claims are those the StatefulSet controller would
@@ -137,5 +153,3 @@ func TestNewClaim(t *testing.T) {
 	require.NotContains(t, template(sts, "root-disk").Labels, "x", "the template is not changed")
 	golden.Assert(t, filepath.Join("testdata", "claims.yaml"), out)
 }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -24,6 +24,9 @@ type target struct {
 	sts *appsv1.StatefulSet
 	// disk is the disk's volume name (root-disk), claim its claim's name.
 	disk, claim string
+	// claimSize is the size of a Filesystem claim, whose disk is an image
+	// file; 0 for a Block claim.
+	claimSize int64
 }
 
 // disks are the volume names of the VM's disks, in the StatefulSet's
@@ -80,10 +83,12 @@ func resolveDisk(sts *appsv1.StatefulSet, disk string) (*target, error) {
 		if name != disk && name != disk+diskSuffix {
 			continue
 		}
-		if m := template(sts, name).Spec.VolumeMode; m != nil && *m != corev1.PersistentVolumeBlock {
-			return nil, fmt.Errorf("--disk %q: disk %s of vm %s/%s has volumeMode %s: only a Block disk can be filled", disk, name, sts.Namespace, sts.Name, *m)
+		t := &target{sts: sts, disk: name, claim: claimName(sts, name)}
+		if spec := template(sts, name).Spec; ptr.Deref(spec.VolumeMode, corev1.PersistentVolumeBlock) == corev1.PersistentVolumeFilesystem {
+			size := spec.Resources.Requests[corev1.ResourceStorage]
+			t.claimSize = size.Value()
 		}
-		return &target{sts: sts, disk: name, claim: claimName(sts, name)}, nil
+		return t, nil
 	}
 	if len(all) == 0 {
 		return nil, fmt.Errorf("--disk %q: vm %s/%s has no disk with a claim", disk, sts.Namespace, sts.Name)
