@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/pflag"
 
+	"github.com/vmop/vmop/pkg/containerdisk"
 	"github.com/vmop/vmop/pkg/diskupload"
+	"github.com/vmop/vmop/pkg/runnerconfig"
 )
 
 // disk is vm-runner disk: the uploader pod of kubectl vm disk upload runs
@@ -22,9 +25,11 @@ func disk(args []string) int {
 			return diskWait(args[1:])
 		case "receive":
 			return diskReceive(args[1:])
+		case "fetch":
+			return diskFetch(args[1:])
 		}
 	}
-	fmt.Fprintln(os.Stderr, "Usage: vm-runner disk wait | vm-runner disk receive --disk DISK --device PATH [--claim-size N] --records DIR --scratch DIR [--size N] [--name FILE] [--force] [--check]")
+	fmt.Fprintln(os.Stderr, "Usage: vm-runner disk wait | vm-runner disk fetch --disk DISK --to FILE --records DIR [--from DIR] | vm-runner disk receive --disk DISK --device PATH [--claim-size N] --records DIR --scratch DIR [--size N] [--name FILE] [--force] [--check]")
 	return diskupload.ExitUsage
 }
 
@@ -97,4 +102,47 @@ func diskReceive(args []string) int {
 		return diskupload.ExitNeedsForce
 	}
 	return diskupload.ExitFailed
+}
+
+// diskFetch is the init container that runs in a containerDisk image: it
+// copies the image's disk to where vm-runner import reads it (see
+// pkg/containerdisk).
+func diskFetch(args []string) int {
+	flags := pflag.NewFlagSet("vm-runner disk fetch", pflag.ContinueOnError)
+	var o containerdisk.Options
+	flags.StringVar(&o.Dir, "from", runnerconfig.ContainerDiskDir, "the image's disk directory, whose one file is the disk")
+	flags.StringVar(&o.To, "to", "", "where the copy goes")
+	flags.StringVar(&o.RecordDir, "records", "", "the directory of the VM's import records")
+	flags.StringVar(&o.Disk, "disk", "", "the disk's volume name, which its import record is named after")
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return diskupload.ExitUsage
+	}
+	if o.To == "" || o.RecordDir == "" || o.Disk == "" || flags.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "vm-runner disk fetch: --disk, --to and --records are required, and nothing else")
+		return diskupload.ExitUsage
+	}
+	o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if _, err := containerdisk.Fetch(o); err != nil {
+		// The pod's termination message, and so the VM's status.
+		fmt.Fprintf(os.Stderr, "disk %s: %v\n", o.Disk, err)
+		return 1
+	}
+	return 0
+}
+
+// copySelf is the init container that gives the containerDisk images'
+// init containers a vm-runner to run.
+func copySelf(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "Usage: vm-runner copy-self DEST")
+		return diskupload.ExitUsage
+	}
+	if err := containerdisk.CopySelf(args[0]); err != nil {
+		fmt.Fprintf(os.Stderr, "vm-runner copy-self: %v\n", err)
+		return 1
+	}
+	return 0
 }

@@ -37,6 +37,8 @@ func run() int {
 			return importDisks(args[1:])
 		case "disk":
 			return disk(args[1:])
+		case "copy-self":
+			return copySelf(args[1:])
 		}
 	}
 	sub := ""
@@ -51,6 +53,7 @@ func run() int {
 			"       vm-runner import [-c config.yaml]   (fill the disks that name a source image, once)\n"+
 			"       vm-runner probe [-c config.yaml]   (exit 0 while the VM runs)\n"+
 			"       vm-runner disk wait | disk receive --disk DISK --device PATH ...   (kubectl vm disk upload's pod: fill a disk from stdin)\n"+
+			"       vm-runner copy-self DEST | disk fetch --disk DISK --to FILE --records DIR   (take a containerDisk image's disk out for the import)\n"+
 			"       vm-runner check [-c config.yaml]   (start qemu paused with the config, apply it, quit: exit 0 when qemu accepts the VM)\n\nFlags:\n%s", flags.FlagUsages())
 	}
 	config := flags.StringP("config", "c", runnerconfig.ConfigDir+"/"+runnerconfig.ConfigFile, "the runner's config file")

@@ -16,8 +16,14 @@ func (n *Node) ImportNetcheck(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return n.ImportImage(ctx, archive)
+}
+
+// ImportImage imports an image archive (imagebuild.WriteArchive) into the
+// node's containerd, so that pods find the image without a pull.
+func (n *Node) ImportImage(ctx context.Context, archive string) error {
 	if out, err := n.Containerd.Ctr(ctx, "images", "import", archive).CombinedOutput(); err != nil {
-		return fmt.Errorf("ctr images import: %w: %s", err, out)
+		return fmt.Errorf("ctr images import %s: %w\n%s", archive, err, out)
 	}
 	return nil
 }

@@ -299,8 +299,8 @@ func (n *Node) startContainerd(ctx context.Context, images []string) error {
 		return err
 	}
 	for _, archive := range append([]string{pause}, images...) {
-		if out, err := n.Containerd.Ctr(ctx, "images", "import", archive).CombinedOutput(); err != nil {
-			return fmt.Errorf("ctr images import %s: %w\n%s", archive, err, out)
+		if err := n.ImportImage(ctx, archive); err != nil {
+			return err
 		}
 	}
 	return nil

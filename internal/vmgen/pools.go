@@ -144,8 +144,12 @@ var pools = map[string]pool{
 			obj{"url": "https://example.com/images/debian-13.qcow2"},
 			obj{"url": "http://127.0.0.1:9/a.raw.xz", "checksum": "sha256:" + strings.Repeat("0123456789abcdef", 4)},
 			obj{"file": "images/debian.qcow2"},
+			obj{"containerDisk": "quay.io/containerdisks/fedora:41"},
+			obj{"containerDisk": "localhost:5000/disks/debian@sha256:" + strings.Repeat("0123456789abcdef", 4)},
 		},
 		odd: []any{
+			obj{"containerDisk": "docker://quay.io/a:b"}, obj{"containerDisk": "Quay.io/a"}, obj{"containerDisk": "a:b:c"},
+			obj{"containerDisk": "quay.io/a", "url": "http://h/a"}, obj{"containerDisk": "", "file": ""},
 			obj{}, obj{"url": "", "file": "a.raw"}, obj{"url": "", "file": ""}, obj{"url": "ftp://h/a"},
 			obj{"url": "http://h a"}, obj{"url": "http:///a"}, obj{"file": "../a"}, obj{"file": "a/../b"},
 			obj{"file": "..."}, obj{"file": "./a"}, obj{"file": "/abs/a"}, obj{"file": "a//b"},

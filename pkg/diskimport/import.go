@@ -18,8 +18,9 @@ type Source struct {
 	URL    string    // http or https
 	File   string    // a local path
 	Reader io.Reader // e.g. an upload's stdin
-	// Name names a Reader in errors and records, e.g. "upload:debian.qcow2";
-	// "reader" when empty.
+	// Name, if not empty, names the source in errors and records in place
+	// of its URL or File: a Reader's, e.g. "upload:debian.qcow2", or the
+	// image whose disk File is a copy of; "reader" names a Reader without.
 	Name string
 	// Size is the Reader's size when known, the total of the download's
 	// progress. A URL's comes from Content-Length, a File's from stat.
@@ -29,16 +30,16 @@ type Source struct {
 	Checksum string
 }
 
-// String names the source as errors and records do: the URL, the file or
-// the reader's Name.
+// String names the source as errors and records do: its Name, else the
+// URL or the file.
 func (s Source) String() string {
 	switch {
+	case s.Name != "":
+		return s.Name
 	case s.URL != "":
 		return s.URL
 	case s.File != "":
 		return s.File
-	case s.Name != "":
-		return s.Name
 	default:
 		return "reader"
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -58,14 +59,20 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "12"
+const Version = "13"
 
 // Names of containers, volumes and ports in the pod.
 const (
-	ContainerRunner       = "runner"
-	ContainerImport       = "import"
+	ContainerRunner = "runner"
+	ContainerImport = "import"
+	// ContainerImportBin copies vm-runner for the ContainerFetch ones.
+	ContainerImportBin = "import-bin"
+	// ContainerFetch and the disk's index name the init container that
+	// copies a containerDisk out of its image.
+	ContainerFetch        = "fetch-"
 	VolumeConfig          = "config"
 	VolumeImportScratch   = "import-scratch"
+	VolumeImportBin       = "import-bin"
 	VolumeRunnerData      = "runner-data"
 	VolumeImageRepository = "image-repository"
 	PortSpice             = "spice"
@@ -314,9 +321,12 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 				dr.Resource, dr.ClaimSize = runnerconfig.DiskFile(v.DiskName(i)), size.Value()
 			}
 			if src := d.Source; src != nil {
-				dr.Source = &runnerconfig.DriveSource{URL: src.URL, Checksum: src.Checksum}
-				if src.File != "" {
+				dr.Source = &runnerconfig.DriveSource{URL: src.URL, ContainerDisk: src.ContainerDisk, Checksum: src.Checksum}
+				switch {
+				case src.File != "":
 					dr.Source.File = path.Join(runnerconfig.ImageRepositoryDir, src.File)
+				case src.ContainerDisk != "":
+					dr.Source.File = runnerconfig.ContainerDiskFile(v.DiskName(i))
 				}
 			}
 			c.VM.Drives = append(c.VM.Drives, dr)
@@ -413,7 +423,13 @@ func (r *renderer) statefulSet(cloudInit *corev1.Secret, restartHash string) *ap
 		Volumes:                       r.volumes(cloudInit),
 	}
 	if c := r.importer(); c != nil {
-		pod.InitContainers = []corev1.Container{*c}
+		fetchers := r.fetchers()
+		if len(fetchers) > 0 {
+			pod.InitContainers = append(fetchers, *c)
+			pod.Volumes = append(pod.Volumes, corev1.Volume{Name: VolumeImportBin, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		} else {
+			pod.InitContainers = []corev1.Container{*c}
+		}
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: VolumeImportScratch, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
 	for _, n := range v.Networks {
@@ -535,6 +551,47 @@ func (r *renderer) importer() *corev1.Container {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeImageRepository, MountPath: runnerconfig.ImageRepositoryDir, ReadOnly: true})
 	}
 	return &c
+}
+
+// fetchers are the init containers that put the containerDisk sources
+// where the import reads them (runnerconfig.ContainerDiskFile), before
+// it: the first copies the runner image's vm-runner (a static program)
+// into an emptyDir, then one per such disk runs it in the disk's image,
+// which has no program of its own. None without containerDisk sources.
+// The node pulls the disk's image as any other, with its pull secrets.
+func (r *renderer) fetchers() []corev1.Container {
+	s, v := &r.vm.Spec, &r.vm.Spec.VM
+	bin := path.Join(runnerconfig.ImportBinDir, "vm-runner")
+	var cs []corev1.Container
+	for i, d := range v.Disks {
+		if d.Source == nil || d.Source.ContainerDisk == "" || d.VolumeClaimTemplate == nil {
+			continue
+		}
+		if cs == nil {
+			cs = append(cs, corev1.Container{
+				Name:                     ContainerImportBin,
+				Image:                    image(s.Image),
+				ImagePullPolicy:          s.Image.PullPolicy,
+				Args:                     []string{"copy-self", bin},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				VolumeMounts:             []corev1.VolumeMount{{Name: VolumeImportBin, MountPath: runnerconfig.ImportBinDir}},
+			})
+		}
+		name := v.DiskName(i)
+		cs = append(cs, corev1.Container{
+			Name:  ContainerFetch + strconv.Itoa(i),
+			Image: d.Source.ContainerDisk,
+			Command: []string{bin, "disk", "fetch", "--disk", name, "--to", runnerconfig.ContainerDiskFile(name),
+				"--records", runnerconfig.ImportRecords(runnerconfig.DataDir)},
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: VolumeImportBin, MountPath: runnerconfig.ImportBinDir, ReadOnly: true},
+				{Name: VolumeRunnerData, MountPath: runnerconfig.DataDir, ReadOnly: true},
+				{Name: VolumeImportScratch, MountPath: runnerconfig.ImportScratchDir},
+			},
+		})
+	}
+	return cs
 }
 
 // attachDisk gives c the claim of the disk whose volume is called name:

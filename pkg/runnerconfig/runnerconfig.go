@@ -25,6 +25,12 @@ const (
 	// ImportScratchDir is where an import stages its source (an emptyDir
 	// of the pod: never the container's root file system).
 	ImportScratchDir = "/var/local/vmop-import"
+	// ImportBinDir holds a copy of vm-runner (static) for the init
+	// containers that run in a containerDisk's image, which has no
+	// program of its own.
+	ImportBinDir = "/var/local/vmop-bin"
+	// ContainerDiskDir is where a containerDisk image keeps its disk.
+	ContainerDiskDir = "/disk"
 	// ImportRecordDir, under the data directory (the VM's runner-data
 	// claim), records the disks filled from an image: they are never
 	// filled again.
@@ -203,11 +209,21 @@ func (d Drive) RecordName() string {
 func DiskFile(volume string) string { return path.Join(DiskFilesDir, volume, DiskFileName) }
 
 // DriveSource is an image to import: URL (http or https) or File (a path
-// in the runner's file system), and its "sha256:<hex>" checksum.
+// in the runner's file system), and its "sha256:<hex>" checksum. With
+// ContainerDisk (an image reference), File is where an init container of
+// that image put the image's disk (ContainerDiskFile), and ContainerDisk
+// names the source.
 type DriveSource struct {
-	URL      string `json:"url,omitempty"`
-	File     string `json:"file,omitempty"`
-	Checksum string `json:"checksum,omitempty"`
+	URL           string `json:"url,omitempty"`
+	File          string `json:"file,omitempty"`
+	ContainerDisk string `json:"containerDisk,omitempty"`
+	Checksum      string `json:"checksum,omitempty"`
+}
+
+// ContainerDiskFile is where the containerDisk of the disk whose volume is
+// called volume is put for the import.
+func ContainerDiskFile(volume string) string {
+	return path.Join(ImportScratchDir, volume+".containerdisk")
 }
 
 // Display holds the graphical outputs.

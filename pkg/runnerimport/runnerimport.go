@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -65,7 +66,13 @@ func Run(ctx context.Context, opts Options) error {
 		if d.Source == nil || d.Resource == "" {
 			continue
 		}
-		if err := fill(ctx, opts, w, records, d); err != nil {
+		err := fill(ctx, opts, w, records, d)
+		if d.Source.ContainerDisk != "" {
+			// The copy out of the image is needed no more: the node's
+			// disk gets its room back while the VM runs.
+			_ = os.Remove(d.Source.File)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -75,7 +82,7 @@ func Run(ctx context.Context, opts Options) error {
 // fill imports into one drive if Decide lets it.
 func fill(ctx context.Context, opts Options, w *conditionWriter, records string, d runnerconfig.Drive) error {
 	disk := d.RecordName()
-	src := diskimport.Source{URL: d.Source.URL, File: d.Source.File, Checksum: d.Source.Checksum}
+	src := diskimport.Source{URL: d.Source.URL, File: d.Source.File, Name: d.Source.ContainerDisk, Checksum: d.Source.Checksum}
 	log := opts.Log.With("disk", disk, "source", src.String())
 	fail := func(err error) error {
 		err = fmt.Errorf("disk %s: %w", disk, err)

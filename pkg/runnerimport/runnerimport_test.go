@@ -169,6 +169,24 @@ func TestRunFilesystemClaim(t *testing.T) {
 	require.Equal(t, diskimport.StateDone, rec.State)
 }
 
+// TestRunContainerDisk: a containerDisk's copy (made by vm-runner disk
+// fetch) is imported under the image's name and removed after.
+func TestRunContainerDisk(t *testing.T) {
+	f := newFixture(t)
+	const ref = "registry.example/disks/debian:13"
+	f.cfg.VM.Drives[0].Source.ContainerDisk = ref
+	rep := &recorder{}
+	want := fileBytes(t, f.image)
+	require.NoError(t, f.run(t, rep))
+	require.Equal(t, want, f.diskHead(t))
+	_, err := os.Stat(f.image)
+	require.ErrorIs(t, err, os.ErrNotExist, "the copy is removed")
+	require.Contains(t, rep.last().Message, "disk root-disk: imported "+ref+" (raw, 4Mi")
+	rec, err := diskimport.ReadRecord(filepath.Join(f.cfg.DataDir, runnerconfig.ImportRecordDir), "root-disk")
+	require.NoError(t, err)
+	require.Equal(t, ref, rec.Source)
+}
+
 // TestRunHeldData: a disk with data and no record is kept.
 func TestRunHeldData(t *testing.T) {
 	f := newFixture(t)

@@ -51,8 +51,8 @@ func FromPod(pod *corev1.Pod, want bool, restartHash string) Conditions {
 		c.Running = Condition(v1.ConditionRunning, true, v1.ReasonRunning, "The runner pod runs on "+pod.Spec.NodeName+".")
 	case !want:
 		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStopping, "The pod is ending.")
-	case importing(pod):
-		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, "The pod fills the VM's disks from their source images (see the Imported condition).")
+	case importing(pod) != "":
+		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, importing(pod))
 	default:
 		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, "The runner pod is "+strings.ToLower(string(pod.Status.Phase))+".")
 	}
@@ -190,39 +190,49 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 	return metav1.Condition{}, false
 }
 
-// importStatus is the status of the pod's import init container, nil
-// when it has none.
-func importStatus(pod *corev1.Pod) *corev1.ContainerStatus {
-	for i := range pod.Status.InitContainerStatuses {
-		if pod.Status.InitContainerStatuses[i].Name == render.ContainerImport {
-			return &pod.Status.InitContainerStatuses[i]
+// importing says what the pod's running init container does, "" when
+// none runs: all of them fill disks from their sources before the runner
+// starts.
+func importing(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.InitContainerStatuses {
+		switch {
+		case cs.State.Running == nil:
+		case strings.HasPrefix(cs.Name, render.ContainerFetch):
+			return "The pod copies a disk out of its containerDisk image " + cs.Image + "."
+		default:
+			return "The pod fills the VM's disks from their source images (see the Imported condition)."
 		}
 	}
-	return nil
+	return ""
 }
 
-// importing tells whether the pod's import init container runs.
-func importing(pod *corev1.Pod) bool {
-	cs := importStatus(pod)
-	return cs != nil && cs.State.Running != nil
-}
-
-// importFailure reports the import init container's failure, which the
-// kubelet retries with back-off: its last words name the disk and the
-// cause. While it runs again, the failure stands until it succeeds.
+// importFailure reports a failure of the pod's init containers, which
+// the kubelet retries with back-off: an image the node cannot pull (a
+// containerDisk's, or the runner's), or a container that cannot start, or
+// last words that name the disk and the cause. While one runs again, its
+// failure stands until it succeeds.
 func importFailure(pod *corev1.Pod) (metav1.Condition, bool) {
-	cs := importStatus(pod)
-	if cs == nil {
-		return metav1.Condition{}, false
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+				return Condition(v1.ConditionFailed, true, v1.ReasonImagePull,
+					fmt.Sprintf("The node cannot pull the image %s of init container %s (%s): %s", cs.Image, cs.Name, w.Reason, w.Message)), true
+			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return Condition(v1.ConditionFailed, true, v1.ReasonContainerCreate,
+					fmt.Sprintf("The node cannot start init container %s (%s): %s", cs.Name, w.Reason, w.Message)), true
+			}
+		}
+		t := cs.State.Terminated
+		if t == nil {
+			// Running again, or waiting in back-off.
+			t = cs.LastTerminationState.Terminated
+		}
+		if t == nil || t.ExitCode == 0 {
+			continue
+		}
+		msg := cmp.Or(strings.TrimSpace(t.Message), fmt.Sprintf("init container %s exited with %d", cs.Name, t.ExitCode))
+		return Condition(v1.ConditionFailed, true, v1.ReasonImportFailed, fmt.Sprintf("%s (%d restarts).", msg, cs.RestartCount)), true
 	}
-	t := cs.State.Terminated
-	if t == nil {
-		// Running again, or waiting in back-off.
-		t = cs.LastTerminationState.Terminated
-	}
-	if t == nil || t.ExitCode == 0 {
-		return metav1.Condition{}, false
-	}
-	msg := cmp.Or(strings.TrimSpace(t.Message), fmt.Sprintf("vm-runner import exited with %d", t.ExitCode))
-	return Condition(v1.ConditionFailed, true, v1.ReasonImportFailed, fmt.Sprintf("%s (%d restarts).", msg, cs.RestartCount)), true
+	return metav1.Condition{}, false
 }

@@ -170,7 +170,7 @@ func TestImportFailure(t *testing.T) {
 	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: runnerexit.Import}}
 	c, ok = failed(pod)
 	require.True(t, ok, "just exited")
-	require.Equal(t, "vm-runner import exited with 7 (2 restarts).", c.Message)
+	require.Equal(t, "init container import exited with 7 (2 restarts).", c.Message)
 
 	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
 	_, ok = failed(pod)
@@ -181,4 +181,35 @@ func TestImportFailure(t *testing.T) {
 	}}}}
 	_, ok = failed(first)
 	require.False(t, ok, "a first import")
+}
+
+// TestContainerDiskFailure: a containerDisk image the node cannot pull,
+// and one that is not a containerDisk, are the VM's failures; its copy
+// running shows in Running.
+func TestContainerDiskFailure(t *testing.T) {
+	const image = "registry.example/disks/debian:13"
+	pod := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{
+		{Name: render.ContainerImportBin, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
+		{Name: render.ContainerFetch + "0", Image: image, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason: "ImagePullBackOff", Message: `Back-off pulling image "` + image + `"`,
+		}}},
+		{Name: render.ContainerImport, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}},
+	}}}
+	c, ok := failed(pod)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonImagePull, c.Reason)
+	require.Equal(t, "The node cannot pull the image "+image+" of init container fetch-0 (ImagePullBackOff): Back-off pulling image \""+image+"\"", c.Message)
+
+	cs := &pod.Status.InitContainerStatuses[1]
+	cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	_, ok = failed(pod)
+	require.False(t, ok, "pulled and copying")
+	require.Equal(t, "The pod copies a disk out of its containerDisk image "+image+".", FromPod(pod, true, "").Running.Message)
+
+	const words = "disk system-disk: the image's /disk is empty: not a containerDisk image"
+	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: words}}
+	c, ok = failed(pod)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonImportFailed, c.Reason)
+	require.Equal(t, words+" (0 restarts).", c.Message)
 }

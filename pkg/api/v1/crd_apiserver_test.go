@@ -195,6 +195,13 @@ spec:
             resources:
               requests: {storage: 1Gi}
         source: {file: disks/tools.raw.xz}
+      - volumeClaimTemplate:
+          metadata: {name: fedora}
+          spec:
+            volumeMode: Filesystem
+            resources:
+              requests: {storage: 8Gi}
+        source: {containerDisk: "quay.io/containerdisks/fedora:41"}
       - cdrom: {image: "https://example.com/debian.iso"}
         bootindex: 1
       - cdrom: {image: ""}
@@ -297,7 +304,9 @@ var invalidVMs = []struct {
 // celInvalidVMs break the schema's CEL rules, which only a server runs.
 var celInvalidVMs = []struct{ name, patch, want string }{
 	{"source on a cdrom", `vm: {disks: [{cdrom: {image: a.iso}, source: {url: "http://h/a.qcow2"}}]}`, `spec.vm.disks[0]: Invalid value: only a volumeClaimTemplate disk has a source`},
-	{"source with url and file", `vm: {disks: [{volumeClaimTemplate: {spec: {}}, source: {url: "http://h/a", file: a}}]}`, `spec.vm.disks[0].source: Invalid value: must have exactly one of url or file`},
+	{"source with url and file", `vm: {disks: [{volumeClaimTemplate: {spec: {}}, source: {url: "http://h/a", file: a}}]}`, `spec.vm.disks[0].source: Invalid value: must have exactly one of url, file or containerDisk`},
+	{"source with url and containerDisk", `vm: {disks: [{volumeClaimTemplate: {spec: {}}, source: {url: "http://h/a", containerDisk: "quay.io/a:b"}}]}`, `spec.vm.disks[0].source: Invalid value: must have exactly one of url, file or containerDisk`},
+	{"containerDisk not an image reference", `vm: {disks: [{volumeClaimTemplate: {spec: {}}, source: {containerDisk: "Quay.io/a b"}}]}`, `spec.vm.disks[0].source.containerDisk: Invalid value: "Quay.io/a b": spec.vm.disks[0].source.containerDisk in body should match`},
 	{"more current than maximum CPUs", `vm: {maximumCpus: 2, currentCpus: 3}`, `spec.vm.currentCpus: Invalid value: must not exceed maximumCpus`},
 	{"more current than maximum RAM", `vm: {maximumRam: 1Gi, currentRam: 2G}`, `spec.vm.currentRam: Invalid value: must not exceed maximumRam`},
 	{"more current than the default maximum RAM", `vm: {currentRam: 2Gi}`, `spec.vm.currentRam: Invalid value: must not exceed maximumRam (1Gi when absent)`},

@@ -227,7 +227,12 @@ type DiskSource struct {
 	URL string `json:"url,omitempty"`
 	// File is a path in the image repository volume.
 	File string `json:"file,omitempty"`
-	// Checksum, "sha256:<hex>", is verified before anything is written.
+	// ContainerDisk is a container image that holds the disk image as the
+	// one file in its /disk directory (KubeVirt's containerDisk images):
+	// the node pulls it as it pulls any image.
+	ContainerDisk string `json:"containerDisk,omitempty"`
+	// Checksum, "sha256:<hex>", is verified before anything is written:
+	// for a ContainerDisk, of the file in /disk.
 	Checksum string `json:"checksum,omitempty"`
 }
 

@@ -635,7 +635,13 @@ var (
 	sourceURLPattern  = regexp.MustCompile(`^https?://[^/\s]+[^\s]*$`)
 	sourceFilePattern = regexp.MustCompile(`^(?:` + pathSegment + `/)*` + pathSegment + `$`)
 	checksumPattern   = regexp.MustCompile(`^sha256:[0-9a-fA-F]{64}$`)
+	// imageRefPattern is a container image reference: a registry host
+	// and port or a first path component, more components, a tag, a
+	// digest.
+	imageRefPattern = regexp.MustCompile(`^` + imageRef + `$`)
 )
+
+const imageRef = `[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?`
 
 // pathSegment is a path segment other than "..".
 const pathSegment = `(?:[^./\n\x00][^/\n\x00]*|\.(?:[^./\n\x00][^/\n\x00]*)?|\.\.[^/\n\x00]+)`
@@ -645,9 +651,21 @@ const maxSourceLength = 4096
 
 func (s *DiskSource) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
+	given := 0
+	for _, v := range []string{s.URL, s.File, s.ContainerDisk} {
+		if v != "" {
+			given++
+		}
+	}
 	switch {
-	case s.URL != "" && s.File != "":
-		errs = append(errs, field.Invalid(p, "url, file", "must have exactly one of url or file"))
+	case given > 1:
+		errs = append(errs, field.Invalid(p, "url, file, containerDisk", "must have exactly one of url, file or containerDisk"))
+	case s.ContainerDisk != "":
+		if len(s.ContainerDisk) > maxSourceLength {
+			errs = append(errs, field.TooLong(p.Child("containerDisk"), "", maxSourceLength))
+		} else if !imageRefPattern.MatchString(s.ContainerDisk) {
+			errs = append(errs, field.Invalid(p.Child("containerDisk"), s.ContainerDisk, "must be a container image reference, e.g. quay.io/containerdisks/debian:13"))
+		}
 	case s.URL != "":
 		if len(s.URL) > maxSourceLength {
 			errs = append(errs, field.TooLong(p.Child("url"), "", maxSourceLength))
@@ -662,7 +680,7 @@ func (s *DiskSource) validate(p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("file"), s.File, "must be a relative path in the image repository, without .."))
 		}
 	default:
-		errs = append(errs, field.Required(p, "one of url or file"))
+		errs = append(errs, field.Required(p, "one of url, file or containerDisk"))
 	}
 	if s.Checksum != "" && !checksumPattern.MatchString(s.Checksum) {
 		errs = append(errs, field.Invalid(p.Child("checksum"), s.Checksum, "must be sha256: and 64 hex digits"))

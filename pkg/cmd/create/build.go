@@ -21,6 +21,10 @@ import (
 	"github.com/vmop/vmop/pkg/manifest"
 )
 
+// containerDiskScheme starts an --image that is a containerDisk image,
+// as CDI's registry sources are written.
+const containerDiskScheme = "docker://"
+
 // volumeModes are the values of --volume-mode.
 var volumeModes = []string{string(corev1.PersistentVolumeBlock), string(corev1.PersistentVolumeFilesystem)}
 
@@ -304,7 +308,10 @@ func (o *Options) source() *v1.DiskSource {
 		return nil
 	}
 	src := &v1.DiskSource{File: o.Image, Checksum: o.ImageChecksum}
-	if strings.Contains(o.Image, "://") {
+	switch ref, ok := strings.CutPrefix(o.Image, containerDiskScheme); {
+	case ok:
+		src.ContainerDisk, src.File = ref, ""
+	case strings.Contains(o.Image, "://"):
 		src.URL, src.File = o.Image, ""
 	}
 	return src

@@ -111,8 +111,9 @@ bootindex 0), the others are "data-1", "data-2", ... Each --cdrom is a CD
 drive with an image of the image repository, a URL, or "" for an empty
 drive; CD drives boot after the system disk, so an installer CD starts
 while the disk is empty. --image fills the system disk at the VM's first
-start instead, from a cloud image (an http or https URL, or a file of the
-image repository), checked against --image-checksum first when given; a
+start instead, from a cloud image (an http or https URL, a file of the
+image repository, or docker://IMAGE for a containerDisk image that holds
+the disk in /disk), checked against --image-checksum first when given; a
 disk that holds data is never overwritten.
 
 --cloud-init-user-data is a cloud-config YAML file (a mapping). --ssh-key
@@ -145,7 +146,7 @@ error and stays as it is.`,
 	f.StringVar(&o.MaxRAM, "max-ram", "", "RAM the guest may be given while it runs (spec.vm.maximumRam; default --ram)")
 	f.StringArrayVar(&o.Disks, "disk", nil, "a disk SIZE[,STORAGECLASS], e.g. 40Gi or 40Gi,fast; may repeat, the first is the system disk")
 	f.StringVar(&o.VolumeMode, "volume-mode", volumeModes[0], "the disks' volumeMode: Block (qemu gets the device) or Filesystem (qemu gets a disk.img file on it, for storage classes without Block volumes, e.g. local-path)")
-	f.StringVar(&o.Image, "image", "", "an image (qcow2 or raw, maybe gz, xz or zstd compressed: an http(s) URL or a file of the image repository) that fills the system disk at the first start, e.g. a cloud image")
+	f.StringVar(&o.Image, "image", "", "an image (qcow2 or raw, maybe gz, xz or zstd compressed: an http(s) URL, a file of the image repository, or docker://IMAGE, a containerDisk) that fills the system disk at the first start, e.g. a cloud image")
 	f.StringVar(&o.ImageChecksum, "image-checksum", "", "the --image file's sha256:HEX, checked before anything is written")
 	f.StringArrayVar(&o.CDROMs, "cdrom", nil, `a CD drive with an image: a file of the image repository, a URL, or "" (empty drive); may repeat`)
 	f.StringArrayVar(&o.Networks, "network", nil, "a network card: pod (the pod's network: the guest is reached at the pod's IP), user (qemu's user network), tap or tap:BRIDGE (a bridge of the node), or none; may repeat (default pod)")

@@ -58,6 +58,8 @@ var goldenCases = map[string][]string{
 	// A cloud image on a storage class without Block volumes.
 	"filesystem": {"create", "web", "--disk", "20Gi,local-path", "--volume-mode", "Filesystem",
 		"--image", "https://cloud.debian.org/images/cloud/trixie/latest/debian-13-genericcloud-amd64.qcow2"},
+	// A containerDisk image, as KubeVirt users have them.
+	"container-disk": {"create", "fedora", "--disk", "8Gi", "--image", "docker://quay.io/containerdisks/fedora:41"},
 	// A key without user data: the user data is the key list.
 	"ssh-key": {"create", "server", "--ssh-key", sshKey, "--network", "none", "--max-ram", "3Gi"},
 }
