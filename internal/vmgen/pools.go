@@ -143,7 +143,7 @@ var pools = map[string]pool{
 		usual: []any{
 			obj{"url": "https://example.com/images/debian-13.qcow2"},
 			obj{"url": "http://127.0.0.1:9/a.raw.xz", "checksum": "sha256:" + strings.Repeat("0123456789abcdef", 4)},
-			obj{"file": "images/debian.qcow2"},
+			obj{"file": "images/debian.qcow2", "checksum": "sha512:" + strings.Repeat("0123456789abcdef", 8)},
 			obj{"containerDisk": "quay.io/containerdisks/fedora:41"},
 			obj{"containerDisk": "localhost:5000/disks/debian@sha256:" + strings.Repeat("0123456789abcdef", 4)},
 		},
@@ -155,6 +155,7 @@ var pools = map[string]pool{
 			obj{"file": "..."}, obj{"file": "./a"}, obj{"file": "/abs/a"}, obj{"file": "a//b"},
 			obj{"url": "http://h/a", "file": "b"}, obj{"url": "http://h/a", "checksum": "md5:00"},
 			obj{"url": "http://h/a", "checksum": ""}, obj{"file": "a", "checksum": "SHA256:" + strings.Repeat("0", 64)},
+			obj{"file": "a", "checksum": "sha512:" + strings.Repeat("0", 64)},
 		},
 	},
 	"spec.vm.disks[].cdrom.image": {

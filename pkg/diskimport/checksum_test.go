@@ -19,13 +19,16 @@ func TestParseChecksum(t *testing.T) {
 		{"sha256:" + lower[:63] + "g", ""},
 		{"SHA256:" + lower, ""},
 		{"sha512:" + lower, ""},
+		{"sha512:" + lower + strings.ToUpper(lower), "sha512:" + lower + lower},
+		{"sha512:" + lower + lower + "0", ""},
+		{"sha384:" + lower + lower[:32], ""},
 		{" sha256:" + lower, ""},
 	} {
 		c, err := ParseChecksum(tc.in)
 		switch {
 		case tc.want == "" && err == nil:
 			t.Errorf("ParseChecksum(%q): no error", tc.in)
-		case tc.want == "" && err.Error() != `want sha256:<64 hex digits>, got "`+tc.in+`"`:
+		case tc.want == "" && err.Error() != `want sha256:<64 hex digits> or sha512:<128 hex digits>, got "`+tc.in+`"`:
 			t.Errorf("ParseChecksum(%q): error %q", tc.in, err)
 		case tc.want != "" && err != nil:
 			t.Errorf("ParseChecksum(%q): %v", tc.in, err)
@@ -43,6 +46,7 @@ func FuzzParseChecksum(f *testing.F) {
 		"sha256:",
 		"sha256:" + strings.Repeat("a", 64),
 		"sha256:" + strings.Repeat("A", 64),
+		"sha512:" + strings.Repeat("b", 128),
 		"sha256:" + strings.Repeat("0", 63) + "x",
 		"sha256:" + strings.Repeat("0", 65),
 		"md5:d41d8cd98f00b204e9800998ecf8427e",

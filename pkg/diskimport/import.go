@@ -25,7 +25,7 @@ type Source struct {
 	// Size is the Reader's size when known, the total of the download's
 	// progress. A URL's comes from Content-Length, a File's from stat.
 	Size int64
-	// Checksum is "" or "sha256:<64 hex digits>" (see ParseChecksum) of the
+	// Checksum is "", "sha256:<hex>" or "sha512:<hex>" (ParseChecksum) of the
 	// bytes as served, i.e. of the compressed file if it is compressed.
 	Checksum string
 }
@@ -147,7 +147,7 @@ func Import(ctx context.Context, src Source, opts Options) (Result, error) {
 		staging.Close()
 		return res, err
 	}
-	st, err := stage(ctx, r, size, stagingLimit(targetSize), staging, opts.Progress)
+	st, err := stage(ctx, r, size, stagingLimit(targetSize), staging, want, opts.Progress)
 	if errors.Is(err, errStagedTooLarge) {
 		r.Close()
 		staging.Close()
@@ -173,8 +173,8 @@ func Import(ctx context.Context, src Source, opts Options) (Result, error) {
 	}
 
 	// Check, before anything touches the target.
-	if want != nil && want.String() != checksumPrefix+st.sha256 {
-		return res, &ChecksumError{Source: src.String(), Want: want.String(), Got: checksumPrefix + st.sha256}
+	if want != nil && want.Hex != st.checksum {
+		return res, &ChecksumError{Source: src.String(), Want: want.String(), Got: want.Algorithm + ":" + st.checksum}
 	}
 	if err := checkQcow2Header(staging.Name(), src.String()); err != nil {
 		return res, err

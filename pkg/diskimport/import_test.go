@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -250,6 +251,36 @@ func TestImportReader(t *testing.T) {
 	}
 	if !bytes.Equal(readFile(t, target)[:testImageSize], readFile(t, raw)) {
 		t.Error("target differs from the raw image")
+	}
+}
+
+// TestImportSHA512: Debian publishes SHA512SUMS; such a checksum is
+// checked as a sha256 is, and a mismatch names the sha512 that was read.
+func TestImportSHA512(t *testing.T) {
+	raw, qcow2 := testImages(t)
+	sum := sha512.Sum512(readFile(t, qcow2))
+	good := "sha512:" + hex.EncodeToString(sum[:])
+	target := newTarget(t, testTargetSize, 0)
+	res, err := Import(context.Background(), Source{File: qcow2, Checksum: strings.ToUpper(good[:7]) + good[7:]}, Options{Target: target, ScratchDir: t.TempDir()})
+	if err == nil {
+		t.Fatal("upper-case algorithm accepted")
+	}
+	res, err = Import(context.Background(), Source{File: qcow2, Checksum: good}, Options{Target: target, ScratchDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SHA256 != sha256Of(t, qcow2) {
+		t.Errorf("the record's SHA256: got %s", res.SHA256)
+	}
+	if !bytes.Equal(readFile(t, target)[:testImageSize], readFile(t, raw)) {
+		t.Error("target differs from the raw image")
+	}
+
+	wrong := "sha512:" + strings.Repeat("ab", 64)
+	_, err = Import(context.Background(), Source{File: qcow2, Checksum: wrong}, Options{Target: newTarget(t, testTargetSize, 0), ScratchDir: t.TempDir()})
+	var ce *ChecksumError
+	if !errors.As(err, &ce) || ce.Want != wrong || ce.Got != good {
+		t.Fatalf("got %v, want a *ChecksumError from %s to %s", err, wrong, good)
 	}
 }
 

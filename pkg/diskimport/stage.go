@@ -41,7 +41,7 @@ var (
 type sourceReader struct {
 	ctx      context.Context
 	r        io.Reader
-	hash     hash.Hash
+	hash     io.Writer
 	progress *progressReporter
 	n        int64
 }
@@ -83,21 +83,31 @@ func (p *progressReporter) report(done int64, end bool) {
 type staged struct {
 	sourceBytes int64
 	sha256      string // hex
+	// checksum is the hex digest of the algorithm stage was asked for.
+	checksum    string
 	compression string // "gzip", "xz", "zstd" or ""
 	imageBytes  int64  // the staging file's size
 }
 
-// stage reads src once: it hashes the bytes as served, decompresses them
-// when their magic says they are compressed and writes the result to
-// dst, sparse.
+// stage reads src once: it hashes the bytes as served (SHA-256 for the
+// records, and with verify's algorithm when that is another),
+// decompresses them when their magic says they are compressed and writes
+// the result to dst, sparse.
 // errStagedTooLarge: the image's data ran past stage's limit.
 var errStagedTooLarge = errors.New("the image is larger than the limit")
 
-func stage(ctx context.Context, src io.Reader, size, limit int64, dst *os.File, progress func(Progress)) (staged, error) {
+func stage(ctx context.Context, src io.Reader, size, limit int64, dst *os.File, verify *Checksum, progress func(Progress)) (staged, error) {
+	sum256 := sha256.New()
+	var sum hash.Hash = sum256
+	var hashes io.Writer = sum256
+	if verify != nil && verify.Algorithm != "sha256" {
+		sum = verify.newHash()
+		hashes = io.MultiWriter(sum256, sum)
+	}
 	sr := &sourceReader{
 		ctx:      ctx,
 		r:        src,
-		hash:     sha256.New(),
+		hash:     hashes,
 		progress: &progressReporter{fn: progress, phase: PhaseDownloading, total: size},
 	}
 	br := bufio.NewReaderSize(sr, bufSize)
@@ -155,7 +165,8 @@ func stage(ctx context.Context, src io.Reader, size, limit int64, dst *os.File, 
 	}
 	sr.progress.report(sr.n, true)
 	st.sourceBytes = sr.n
-	st.sha256 = hex.EncodeToString(sr.hash.Sum(nil))
+	st.sha256 = hex.EncodeToString(sum256.Sum(nil))
+	st.checksum = hex.EncodeToString(sum.Sum(nil))
 	return st, nil
 }
 

@@ -65,7 +65,7 @@ func TestStageUnexpectedEOF(t *testing.T) {
 	}
 	defer f.Close()
 	r := io.MultiReader(bytes.NewReader(make([]byte, 1000)), errReader{io.ErrUnexpectedEOF})
-	if _, err := stage(context.Background(), r, 0, 1<<30, f, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err := stage(context.Background(), r, 0, 1<<30, f, nil, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("got %v, want io.ErrUnexpectedEOF", err)
 	}
 }

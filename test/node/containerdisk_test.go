@@ -19,37 +19,6 @@ import (
 	"github.com/vmop/vmop/internal/testnode"
 )
 
-// containerDiskVM is the test guest, in operator mode, with its disk
-// filled from a containerDisk image.
-const containerDiskVM = `apiVersion: vmoperator.jdrupes.org/v1
-kind: VirtualMachine
-metadata:
-  name: %[1]s
-  namespace: %[2]s
-spec:
-  vm:
-    state: Running
-    maximumRam: 512Mi
-    currentRam: 512Mi
-    powerdownTimeout: 60
-    firmware: bios
-    disks:
-    - volumeClaimTemplate:
-        metadata:
-          name: system
-        spec:
-          storageClassName: local-block
-          selector:
-            matchLabels:
-              disk: %[2]s-%[1]s
-          resources:
-            requests:
-              storage: 80Mi
-      source:
-        containerDisk: %[3]s
-        checksum: %[4]s
-`
-
 // containerDiskImage builds an image of files, as KubeVirt's containerDisk
 // images are made (FROM scratch, the disk owned by 107), and imports it
 // into the node's containerd: the node has it without a pull.
@@ -95,7 +64,7 @@ func TestImportContainerDisk(t *testing.T) {
 		require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{Name: volume + "-data", Size: resource.MustParse("16Mi")}))
 	}
 
-	kubectl(t, fmt.Sprintf(containerDiskVM, vm, ns, ref, fileSHA256(t, qcow2)), "apply", "-f", "-")
+	kubectl(t, fmt.Sprintf(sourcedGuestVM, vm, ns, testnode.StorageClassBlock, "Block", "80Mi", "containerDisk: "+ref, fileSHA256(t, qcow2)), "apply", "-f", "-")
 	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 3*time.Minute))
 	require.Contains(t, kubectl(t, "", "logs", "-n", ns, vm+"-0", "-c", "fetch-0"), "Copied the disk out of its image")
 	status := kubectl(t, "", "vm", "status", vm, "-n", ns)
@@ -110,7 +79,7 @@ func TestImportContainerDisk(t *testing.T) {
 	})
 
 	t.Run("not a containerDisk", func(t *testing.T) {
-		kubectl(t, fmt.Sprintf(containerDiskVM, bad, ns, emptyRef, ""), "apply", "-f", "-")
+		kubectl(t, fmt.Sprintf(sourcedGuestVM, bad, ns, testnode.StorageClassBlock, "Block", "80Mi", "containerDisk: "+emptyRef, ""), "apply", "-f", "-")
 		want := regexp.MustCompile(`Failed\s+True\s+ImportFailed\s+\S+\s+disk system-disk: the image has no /disk directory: not a containerDisk image`)
 		var status string
 		eventually.Within(t, 3*time.Minute, func() string {

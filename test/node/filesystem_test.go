@@ -1,9 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -18,39 +20,6 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
 
-// fsDiskVM is the test guest with its disk on a Filesystem claim (as
-// local-path and most small clusters' storage classes have only those),
-// filled from an image at the first start.
-const fsDiskVM = `apiVersion: vmoperator.jdrupes.org/v1
-kind: VirtualMachine
-metadata:
-  name: %[1]s
-  namespace: %[2]s
-spec:
-  vm:
-    state: Running
-    maximumRam: 512Mi
-    currentRam: 512Mi
-    powerdownTimeout: 60
-    firmware: bios
-    disks:
-    - volumeClaimTemplate:
-        metadata:
-          name: system
-        spec:
-          storageClassName: %[3]s
-          volumeMode: Filesystem
-          selector:
-            matchLabels:
-              disk: %[2]s-%[1]s
-          resources:
-            requests:
-              storage: %[4]d
-      source:
-        url: %[5]s
-        checksum: %[6]s
-`
-
 // fsDiskSize is the claim's size: its file is that large, and sparse.
 const fsDiskSize = 96 << 20
 
@@ -59,7 +28,8 @@ const fsDiskSize = 96 << 20
 // disk's claim is a directory of the node; the pod's import init
 // container makes disk.img there at the claim's size, sparse, fills it
 // from the test guest's disk as qcow2 over http, and qemu boots from it.
-// A second start boots the same file again, without an import.
+// A second start boots the same file again, without an import; then
+// kubectl vm disk upload --force replaces the file's content.
 func TestImportFilesystemClaim(t *testing.T) {
 	const ns, vm = "fsdisk", "fs"
 	createNamespace(t, ns)
@@ -75,7 +45,7 @@ func TestImportFilesystemClaim(t *testing.T) {
 	url, requests := serveFile(t, qcow2)
 
 	file := filepath.Join(t.TempDir(), "vm.yaml")
-	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, fsDiskVM, vm, ns, testnode.StorageClassFilesystem, fsDiskSize, url, fileSHA256(t, qcow2)), 0o644))
+	require.NoError(t, os.WriteFile(file, fmt.Appendf(nil, sourcedGuestVM, vm, ns, testnode.StorageClassFilesystem, "Filesystem", strconv.Itoa(fsDiskSize), "url: "+url, fileSHA256(t, qcow2)), 0o644))
 	rendered := kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
 	kubectl(t, rendered, "apply", "-f", "-")
 	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 3*time.Minute))
@@ -96,6 +66,25 @@ func TestImportFilesystemClaim(t *testing.T) {
 	require.Contains(t, kubectl(t, "", "logs", "-n", ns, vm+"-0", "-c", "import"), "Imported before; the disk is kept")
 	require.Equal(t, int64(1), requests.Load(), "GETs of the image after the second start")
 
+	// kubectl vm disk upload into the same file: a fresh copy of the
+	// guest's disk, gzipped, which --force puts over the guest's data;
+	// the guest counts its boots anew.
+	kubectl(t, "", "vm", "stop", "-n", ns, vm, "--wait", "--timeout", "3m")
+	gz := filepath.Join(t.TempDir(), "guest.raw.gz")
+	gzipFile(t, testguest.Disk(t), gz)
+	out := kubectl(t, "", "vm", "disk", "upload", "-n", ns, vm, "--disk", "system", "--image", gz, "--force")
+	t.Logf("kubectl vm disk upload --force into disk.img:\n%s", out)
+	got, err := os.ReadFile(disk)
+	require.NoError(t, err)
+	want, err := os.ReadFile(testguest.Disk(t))
+	require.NoError(t, err)
+	require.Len(t, got, fsDiskSize, "the file keeps the claim's size")
+	require.True(t, bytes.Equal(want, got[:len(want)]), "disk.img starts with the uploaded image")
+	require.True(t, bytes.Equal(make([]byte, len(got)-len(want)), got[len(want):]), "zeros after it")
+	kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
+	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
+	require.Equal(t, int64(1), requests.Load(), "GETs of the image after the upload")
+
 	kubectl(t, rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
 	eventually.Within(t, 2*time.Minute, func() string {
 		if _, _, err := kubectlResult(t.Context(), "", "get", "pod", "-n", ns, vm+"-0"); err == nil {
@@ -105,5 +94,5 @@ func TestImportFilesystemClaim(t *testing.T) {
 	})
 	boots, err := testguest.ReadBoots(disk)
 	require.NoError(t, err)
-	require.Equal(t, 2, boots, "the guest's boots, counted on its disk")
+	require.Equal(t, 1, boots, "the guest's boots since the upload, counted on its disk")
 }

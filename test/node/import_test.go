@@ -24,6 +24,39 @@ import (
 	"github.com/vmop/vmop/internal/testnode"
 )
 
+// sourcedGuestVM is the test guest with a disk filled from a source at
+// its first start: 1 name, 2 namespace, 3 storage class, 4 volume mode,
+// 5 claim size, 6 the source's field ("url: ..."), 7 its checksum.
+const sourcedGuestVM = `apiVersion: vmoperator.jdrupes.org/v1
+kind: VirtualMachine
+metadata:
+  name: %[1]s
+  namespace: %[2]s
+spec:
+  vm:
+    state: Running
+    maximumRam: 512Mi
+    currentRam: 512Mi
+    powerdownTimeout: 60
+    firmware: bios
+    disks:
+    - volumeClaimTemplate:
+        metadata:
+          name: system
+        spec:
+          storageClassName: %[3]s
+          volumeMode: %[4]s
+          selector:
+            matchLabels:
+              disk: %[2]s-%[1]s
+          resources:
+            requests:
+              storage: %[5]s
+      source:
+        %[6]s
+        checksum: "%[7]s"
+`
+
 // TestImportCloudImage is a server user's way from a cloud image, in
 // operator mode: the Debian guest's disk as qcow2 (as clouds publish their
 // images), served over http at the node's address, fills the empty Block

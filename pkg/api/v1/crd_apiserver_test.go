@@ -201,7 +201,7 @@ spec:
             volumeMode: Filesystem
             resources:
               requests: {storage: 8Gi}
-        source: {containerDisk: "quay.io/containerdisks/fedora:41"}
+        source: {containerDisk: "quay.io/containerdisks/fedora:41", checksum: "sha512:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"}
       - cdrom: {image: "https://example.com/debian.iso"}
         bootindex: 1
       - cdrom: {image: ""}

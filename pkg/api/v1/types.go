@@ -231,7 +231,8 @@ type DiskSource struct {
 	// one file in its /disk directory (KubeVirt's containerDisk images):
 	// the node pulls it as it pulls any image.
 	ContainerDisk string `json:"containerDisk,omitempty"`
-	// Checksum, "sha256:<hex>", is verified before anything is written:
+	// Checksum, "sha256:<hex>" or "sha512:<hex>", is verified before
+	// anything is written:
 	// for a ContainerDisk, of the file in /disk.
 	Checksum string `json:"checksum,omitempty"`
 }

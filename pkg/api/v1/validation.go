@@ -634,7 +634,7 @@ func nameChars(s string, dns bool) bool {
 var (
 	sourceURLPattern  = regexp.MustCompile(`^https?://[^/\s]+[^\s]*$`)
 	sourceFilePattern = regexp.MustCompile(`^(?:` + pathSegment + `/)*` + pathSegment + `$`)
-	checksumPattern   = regexp.MustCompile(`^sha256:[0-9a-fA-F]{64}$`)
+	checksumPattern   = regexp.MustCompile(`^(?:sha256:[0-9a-fA-F]{64}|sha512:[0-9a-fA-F]{128})$`)
 	// imageRefPattern is a container image reference: a registry host
 	// and port or a first path component, more components, a tag, a
 	// digest.
@@ -683,7 +683,7 @@ func (s *DiskSource) validate(p *field.Path) field.ErrorList {
 		errs = append(errs, field.Required(p, "one of url, file or containerDisk"))
 	}
 	if s.Checksum != "" && !checksumPattern.MatchString(s.Checksum) {
-		errs = append(errs, field.Invalid(p.Child("checksum"), s.Checksum, "must be sha256: and 64 hex digits"))
+		errs = append(errs, field.Invalid(p.Child("checksum"), s.Checksum, "must be sha256: and 64 hex digits, or sha512: and 128"))
 	}
 	return errs
 }

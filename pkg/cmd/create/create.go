@@ -94,7 +94,7 @@ type Options struct {
 func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{configFlags: configFlags, IOStreams: streams}
 	cmd := &cobra.Command{
-		Use:   "create NAME [--cpus N] [--ram SIZE] [--disk SIZE[,CLASS]]... [--image URL|FILE [--image-checksum sha256:HEX]] [--cdrom IMAGE]... [-o yaml|json]",
+		Use:   "create NAME [--cpus N] [--ram SIZE] [--disk SIZE[,CLASS]]... [--image URL|FILE [--image-checksum sha256:HEX|sha512:HEX]] [--cdrom IMAGE]... [-o yaml|json]",
 		Short: "Create a VirtualMachine from flags, or print it for Git",
 		Long: `Create a VirtualMachine (` + v1.APIVersion + `) from flags, as kubectl create
 deployment makes a Deployment. The VM is checked and rendered exactly as
@@ -147,7 +147,7 @@ error and stays as it is.`,
 	f.StringArrayVar(&o.Disks, "disk", nil, "a disk SIZE[,STORAGECLASS], e.g. 40Gi or 40Gi,fast; may repeat, the first is the system disk")
 	f.StringVar(&o.VolumeMode, "volume-mode", volumeModes[0], "the disks' volumeMode: Block (qemu gets the device) or Filesystem (qemu gets a disk.img file on it, for storage classes without Block volumes, e.g. local-path)")
 	f.StringVar(&o.Image, "image", "", "an image (qcow2 or raw, maybe gz, xz or zstd compressed: an http(s) URL, a file of the image repository, or docker://IMAGE, a containerDisk) that fills the system disk at the first start, e.g. a cloud image")
-	f.StringVar(&o.ImageChecksum, "image-checksum", "", "the --image file's sha256:HEX, checked before anything is written")
+	f.StringVar(&o.ImageChecksum, "image-checksum", "", "the --image file's sha256:HEX or sha512:HEX, checked before anything is written")
 	f.StringArrayVar(&o.CDROMs, "cdrom", nil, `a CD drive with an image: a file of the image repository, a URL, or "" (empty drive); may repeat`)
 	f.StringArrayVar(&o.Networks, "network", nil, "a network card: pod (the pod's network: the guest is reached at the pod's IP), user (qemu's user network), tap or tap:BRIDGE (a bridge of the node), or none; may repeat (default pod)")
 	f.StringVar(&o.UserDataFile, "cloud-init-user-data", "", "cloud-init user data: a cloud-config YAML file")
