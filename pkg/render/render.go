@@ -423,12 +423,9 @@ func (r *renderer) statefulSet(cloudInit *corev1.Secret, restartHash string) *ap
 		Volumes:                       r.volumes(cloudInit),
 	}
 	if c := r.importer(); c != nil {
-		fetchers := r.fetchers()
-		if len(fetchers) > 0 {
-			pod.InitContainers = append(fetchers, *c)
+		pod.InitContainers = append(r.fetchers(), *c)
+		if len(pod.InitContainers) > 1 {
 			pod.Volumes = append(pod.Volumes, corev1.Volume{Name: VolumeImportBin, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		} else {
-			pod.InitContainers = []corev1.Container{*c}
 		}
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: VolumeImportScratch, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
