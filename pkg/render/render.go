@@ -315,10 +315,8 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 		switch {
 		case d.VolumeClaimTemplate != nil:
 			dr := runnerconfig.Drive{Type: runnerconfig.DriveRaw, Bootindex: d.Bootindex, Resource: "/dev/" + v.DiskName(i)}
-			if t := d.VolumeClaimTemplate; onFilesystem(t) {
-				// Validation made sure of a positive size.
-				size := t.Spec.Resources.Requests[corev1.ResourceStorage]
-				dr.Resource, dr.ClaimSize = runnerconfig.DiskFile(v.DiskName(i)), size.Value()
+			if size := FileDiskSize(d.VolumeClaimTemplate.Spec); size > 0 {
+				dr.Resource, dr.ClaimSize = runnerconfig.DiskFile(v.DiskName(i)), size
 			}
 			if src := d.Source; src != nil {
 				dr.Source = &runnerconfig.DriveSource{URL: src.URL, ContainerDisk: src.ContainerDisk, Checksum: src.Checksum}
@@ -595,17 +593,22 @@ func (r *renderer) fetchers() []corev1.Container {
 // a Block volume as the device /dev/<name>, a Filesystem one mounted on
 // the directory of its image file (runnerconfig.DiskFile).
 func attachDisk(c *corev1.Container, name string, t *v1.VolumeClaimTemplate) {
-	if onFilesystem(t) {
+	if FileDiskSize(t.Spec) > 0 {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path.Dir(runnerconfig.DiskFile(name))})
 		return
 	}
 	c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: "/dev/" + name})
 }
 
-// onFilesystem tells a (defaulted) claim template of volumeMode
-// Filesystem, whose disk is an image file on it.
-func onFilesystem(t *v1.VolumeClaimTemplate) bool {
-	return *t.Spec.VolumeMode == corev1.PersistentVolumeFilesystem
+// FileDiskSize is the size of the claim spec when its disk is an image
+// file on it (volumeMode Filesystem), 0 for a Block claim (the default):
+// the size the file is made at. Validation makes sure of a positive one.
+func FileDiskSize(spec corev1.PersistentVolumeClaimSpec) int64 {
+	if ptr.Deref(spec.VolumeMode, corev1.PersistentVolumeBlock) != corev1.PersistentVolumeFilesystem {
+		return 0
+	}
+	size := spec.Resources.Requests[corev1.ResourceStorage]
+	return size.Value()
 }
 
 func image(im *v1.Image) string {

@@ -209,10 +209,10 @@ func (d Drive) RecordName() string {
 func DiskFile(volume string) string { return path.Join(DiskFilesDir, volume, DiskFileName) }
 
 // DriveSource is an image to import: URL (http or https) or File (a path
-// in the runner's file system), and its "sha256:<hex>" or "sha512:<hex>" checksum. With
-// ContainerDisk (an image reference), File is where an init container of
-// that image put the image's disk (ContainerDiskFile), and ContainerDisk
-// names the source.
+// in the runner's file system), and its "sha256:<hex>" or "sha512:<hex>"
+// checksum. With ContainerDisk (an image reference), File is where an
+// init container of that image put the image's disk (ContainerDiskFile),
+// and ContainerDisk names the source.
 type DriveSource struct {
 	URL           string `json:"url,omitempty"`
 	File          string `json:"file,omitempty"`

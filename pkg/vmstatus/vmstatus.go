@@ -44,15 +44,15 @@ func FromPod(pod *corev1.Pod, want bool, restartHash string) Conditions {
 		}
 		return c
 	}
-	switch {
+	switch doing := importing(pod); {
 	case pod.DeletionTimestamp != nil:
 		c.Running = Condition(v1.ConditionRunning, pod.Status.Phase == corev1.PodRunning, v1.ReasonStopping, "The guest is shutting down.")
 	case pod.Status.Phase == corev1.PodRunning:
 		c.Running = Condition(v1.ConditionRunning, true, v1.ReasonRunning, "The runner pod runs on "+pod.Spec.NodeName+".")
 	case !want:
 		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStopping, "The pod is ending.")
-	case importing(pod) != "":
-		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, importing(pod))
+	case doing != "":
+		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, doing)
 	default:
 		c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, "The runner pod is "+strings.ToLower(string(pod.Status.Phase))+".")
 	}
@@ -165,27 +165,36 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 		if t := cs.LastTerminationState.Terminated; cs.State.Running != nil && !cs.Ready && t != nil && t.ExitCode != 0 {
 			return runnerFailed(t, cs.RestartCount), true
 		}
-		if cs.State.Waiting == nil {
-			continue
+		if c, ok := waitingFailure(cs.State.Waiting, "the runner image "+cs.Image, "the runner's container"); ok {
+			return c, true
 		}
-		w := cs.State.Waiting
-		switch w.Reason {
-		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
-			return Condition(v1.ConditionFailed, true, v1.ReasonImagePull,
-				fmt.Sprintf("The node cannot pull the runner image %s (%s): %s", cs.Image, w.Reason, w.Message)), true
-		case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-			return Condition(v1.ConditionFailed, true, v1.ReasonContainerCreate,
-				fmt.Sprintf("The node cannot start the runner's container (%s): %s", w.Reason, w.Message)), true
-		case "CrashLoopBackOff":
-		default:
-			continue
+		if w := cs.State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" {
+			return runnerFailed(cs.LastTerminationState.Terminated, cs.RestartCount), true
 		}
-		return runnerFailed(cs.LastTerminationState.Terminated, cs.RestartCount), true
 	}
 	for _, pc := range pod.Status.Conditions {
 		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {
 			return Condition(v1.ConditionFailed, true, v1.ReasonUnschedulable, pc.Message), true
 		}
+	}
+	return metav1.Condition{}, false
+}
+
+// waitingFailure is the Failed condition of a container that waits
+// because the node cannot pull its image or start it: image and container
+// name them in the message ("the runner image X", "the runner's
+// container").
+func waitingFailure(w *corev1.ContainerStateWaiting, image, container string) (metav1.Condition, bool) {
+	if w == nil {
+		return metav1.Condition{}, false
+	}
+	switch w.Reason {
+	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+		return Condition(v1.ConditionFailed, true, v1.ReasonImagePull,
+			fmt.Sprintf("The node cannot pull %s (%s): %s", image, w.Reason, w.Message)), true
+	case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+		return Condition(v1.ConditionFailed, true, v1.ReasonContainerCreate,
+			fmt.Sprintf("The node cannot start %s (%s): %s", container, w.Reason, w.Message)), true
 	}
 	return metav1.Condition{}, false
 }
@@ -213,15 +222,8 @@ func importing(pod *corev1.Pod) string {
 // failure stands until it succeeds.
 func importFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 	for _, cs := range pod.Status.InitContainerStatuses {
-		if w := cs.State.Waiting; w != nil {
-			switch w.Reason {
-			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
-				return Condition(v1.ConditionFailed, true, v1.ReasonImagePull,
-					fmt.Sprintf("The node cannot pull the image %s of init container %s (%s): %s", cs.Image, cs.Name, w.Reason, w.Message)), true
-			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-				return Condition(v1.ConditionFailed, true, v1.ReasonContainerCreate,
-					fmt.Sprintf("The node cannot start init container %s (%s): %s", cs.Name, w.Reason, w.Message)), true
-			}
+		if c, ok := waitingFailure(cs.State.Waiting, "the image "+cs.Image+" of init container "+cs.Name, "init container "+cs.Name); ok {
+			return c, true
 		}
 		t := cs.State.Terminated
 		if t == nil {

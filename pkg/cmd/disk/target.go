@@ -83,12 +83,7 @@ func resolveDisk(sts *appsv1.StatefulSet, disk string) (*target, error) {
 		if name != disk && name != disk+diskSuffix {
 			continue
 		}
-		t := &target{sts: sts, disk: name, claim: claimName(sts, name)}
-		if spec := template(sts, name).Spec; ptr.Deref(spec.VolumeMode, corev1.PersistentVolumeBlock) == corev1.PersistentVolumeFilesystem {
-			size := spec.Resources.Requests[corev1.ResourceStorage]
-			t.claimSize = size.Value()
-		}
-		return t, nil
+		return &target{sts: sts, disk: name, claim: claimName(sts, name), claimSize: render.FileDiskSize(template(sts, name).Spec)}, nil
 	}
 	if len(all) == 0 {
 		return nil, fmt.Errorf("--disk %q: vm %s/%s has no disk with a claim", disk, sts.Namespace, sts.Name)
