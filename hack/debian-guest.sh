@@ -73,8 +73,11 @@ SUBSYSTEM=="cpu", ACTION=="add", TEST=="online", ATTR{online}=="0", ATTR{online}
 EOF
 # spice-vdagentd is socket-activated by a desktop session's agent; start it
 # with its port (a VM with a SPICE display), so that it runs before one.
+# Not only on "add": a port may get its name after it was added, with a
+# "change" event (qemu-guest-agent's own rule matches any action; with
+# ACTION=="add" the daemon stayed down in 1 of 7 boots).
 cat >"$root/etc/udev/rules.d/80-spice-vdagentd.rules" <<'EOF'
-ACTION=="add", SUBSYSTEM=="virtio-ports", ATTR{name}=="com.redhat.spice.0", TAG+="systemd", ENV{SYSTEMD_WANTS}+="spice-vdagentd.service"
+ACTION!="remove", SUBSYSTEM=="virtio-ports", ATTR{name}=="com.redhat.spice.0", TAG+="systemd", ENV{SYSTEMD_WANTS}+="spice-vdagentd.service"
 EOF
 # systemd-networkd-wait-online waits 2 minutes for a link that nobody
 # configures (a VM without a NIC, or with one cloud-init leaves alone),

@@ -138,7 +138,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		return r.startFailed(ctx, r.startError(fmt.Errorf("QMP cont: %w", err)))
 	}
 	r.running(ctx)
-	r.log.Info("VM running", "startup", time.Since(started).Round(time.Millisecond), "accel", r.machine.Accel)
+	r.log.Info("VM running", "startup", time.Since(started).Round(time.Millisecond), "accel", r.machine.Accel, "qemu", r.mon.Version())
 	r.event(ctx, Event{Reason: ReasonQemuStarted, Action: actionStart, Message: startedMessage(r.machine.Accel, r.config.VM.Accelerator)})
 	stopProbe, err := r.serveProbe()
 	if err != nil {

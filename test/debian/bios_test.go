@@ -80,6 +80,7 @@ func TestDebianBIOS(t *testing.T) {
 		require.Equal(t, "12", s.Guest.OS.VersionID)
 		require.Contains(t, s.Guest.OS.PrettyName, "Debian GNU/Linux 12")
 		require.NotEmpty(t, s.Guest.AgentVersion)
+		require.Regexp(t, `"VM running".* qemu=10\.`, g.runnerLog(), "the runner image's qemu runs the guest")
 	})
 
 	t.Run("cloud-init applied the seed", func(t *testing.T) {
@@ -201,13 +202,9 @@ func TestDebianBIOS(t *testing.T) {
 		medium("")
 	})
 
-	// No ssh through vm-runner connect here: this host's qemu 7.2 (Debian
-	// 12, libslirp 4.7.0) aborted in each of 4 runs some time after a host
-	// forward had carried three SSH sessions to this guest ("corrupted
-	// double-linked list" at the next shutdown, or TCG's region assertion
-	// at the next CPU hot-plug), also when the forward was never removed.
-	// The runner image's qemu 10.0 does not: test/node TestDebianServer
-	// logs in with kubectl vm ssh and then stops the guest cleanly.
+	// SSH through the runner's host forwards is test/node's
+	// TestDebianServer: kubectl vm ssh into this guest in a pod, then a
+	// clean stop.
 
 	t.Run("stop shuts down through the agent, cleanly", func(t *testing.T) {
 		// Not synced: a clean shutdown writes it out.

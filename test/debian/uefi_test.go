@@ -70,7 +70,8 @@ func TestDebianUEFI(t *testing.T) {
 	// for a desktop session's agent: a text console has none.
 	t.Run("SPICE shows the display, with vdagentd in the guest", func(t *testing.T) {
 		mon := g.monitor()
-		g.waitSh(time.Minute, "systemctl is-active spice-vdagentd", "active")
+		// The journal tells why when it is not.
+		g.waitSh(time.Minute, "systemctl is-active spice-vdagentd || { journalctl -b --no-pager -o short-precise -u spice-vdagentd -u spice-vdagentd.socket; ls -l /dev/virtio-ports; }", "active")
 		display := xscreen.Start(t)
 		viewer := exec.Command(console.Viewer, fmt.Sprintf("spice://127.0.0.1:%d", g.spicePort))
 		viewer.Env = append(os.Environ(), xscreen.Env(display)...)
