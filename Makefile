@@ -80,13 +80,13 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzObjectToYAML -fuzztime $(FUZZTIME) ./pkg/manifest
 	$(GO) test -run '^$$' -fuzz FuzzLabelsOK -fuzztime $(FUZZTIME) ./pkg/api/v1
 	$(GO) test -run '^$$' -fuzz FuzzDNSLabelErrors -fuzztime $(FUZZTIME) ./pkg/api/v1
-	$(GO) test -run '^$$' -fuzz FuzzParseDisk -fuzztime $(FUZZTIME) ./pkg/cmd/create
-	$(GO) test -run '^$$' -fuzz FuzzFlags -fuzztime $(FUZZTIME) ./pkg/cmd/create
+	$(GO) test -run '^$$' -fuzz FuzzParseDisk -fuzztime $(FUZZTIME) ./pkg/kubectl-vm/cmd/create
+	$(GO) test -run '^$$' -fuzz FuzzFlags -fuzztime $(FUZZTIME) ./pkg/kubectl-vm/cmd/create
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/runnerconfig
 	$(GO) test -run '^$$' -fuzz FuzzDefault -fuzztime $(FUZZTIME) ./pkg/cloudinit
-	$(GO) test -run '^$$' -fuzz FuzzAgentOutput -fuzztime $(FUZZTIME) ./pkg/guestagent
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/dhcp
-	$(GO) test -run '^$$' -fuzz FuzzParseChecksum -fuzztime $(FUZZTIME) ./pkg/diskimport
+	$(GO) test -run '^$$' -fuzz FuzzAgentOutput -fuzztime $(FUZZTIME) ./pkg/vm-runner/guestagent
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/vm-runner/dhcp
+	$(GO) test -run '^$$' -fuzz FuzzParseChecksum -fuzztime $(FUZZTIME) ./pkg/vm-runner/diskimport
 
 ## The krew release of VERSION (a tag such as v0.1.0): the plugin's
 ## archives for linux and darwin on amd64 and arm64 in DIST, and the

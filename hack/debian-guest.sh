@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Debian 12 guest of the tests (internal/debianguest): a 2 GiB
+# Builds the Debian 12 guest of the tests (test/harness/debianguest): a 2 GiB
 # sparse raw disk that boots with BIOS (SeaBIOS) and UEFI (OVMF), made from
 # Debian's packages with no loop device and no mount.
 #

@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/vmop/vmop/internal/testcluster"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // completions asks the real kubectl for the completions of "kubectl

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/hostile"
+	"github.com/vmop/vmop/test/harness/hostile"
 )
 
 // maxRSS bounds the plugin's peak resident memory on 300 MB of input: its

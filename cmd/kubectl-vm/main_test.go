@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/vmop/vmop/internal/testcluster"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // These tests run the real plugin binary, through the real kubectl where

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/vmop/vmop/internal/golden"
-	"github.com/vmop/vmop/internal/testcluster"
+	"github.com/vmop/vmop/test/harness/golden"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 func TestVersionClient(t *testing.T) {

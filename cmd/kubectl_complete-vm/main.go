@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/vmop/vmop/pkg/cmd/vm"
+	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/vm"
 )
 
 func main() {

@@ -1,5 +1,5 @@
 // Command vm-operator is vmop's in-cluster controller; the logic is in
-// pkg/operator and pkg/controller.
+// pkg/vm-operator/operator and pkg/vm-operator/controller.
 package main
 
 import (
@@ -10,7 +10,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/vmop/vmop/pkg/operator"
+	"github.com/vmop/vmop/pkg/vm-operator/operator"
 )
 
 func main() {

@@ -8,9 +8,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/runnerexit"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
 )
 
 // connect is vm-runner connect: it copies stdin to a TCP port of the
@@ -29,21 +28,21 @@ func connect(args []string) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
-		return runnerexit.Config
+		return runnerconfig.ExitConfig
 	}
 	if flags.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "vm-runner connect: unexpected argument %q\n", flags.Arg(0))
-		return runnerexit.Config
+		return runnerconfig.ExitConfig
 	}
 	if *port < 1 || *port > 65535 {
 		fmt.Fprintf(os.Stderr, "vm-runner connect: --port %d: must be a number from 1 to 65535\n", *port)
-		return runnerexit.Config
+		return runnerconfig.ExitConfig
 	}
 	// A signal ends the process as it is: the runner sees its request
 	// end and gives up the forward.
 	if err := runner.Connect(context.Background(), *config, *port, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "vm-runner connect:", err)
-		return runnerexit.Failed
+		return runnerconfig.ExitFailed
 	}
 	return 0
 }

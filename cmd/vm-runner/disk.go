@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/vmop/vmop/pkg/containerdisk"
-	"github.com/vmop/vmop/pkg/diskupload"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vm-runner/containerdisk"
+	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
 )
 
 // disk is vm-runner disk: the uploader pod of kubectl vm disk upload runs
@@ -106,7 +106,7 @@ func diskReceive(args []string) int {
 
 // diskFetch is the init container that runs in a containerDisk image: it
 // copies the image's disk to where vm-runner import reads it (see
-// pkg/containerdisk).
+// pkg/vm-runner/containerdisk).
 func diskFetch(args []string) int {
 	flags := pflag.NewFlagSet("vm-runner disk fetch", pflag.ContinueOnError)
 	var o containerdisk.Options

@@ -12,9 +12,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/runnerexit"
-	"github.com/vmop/vmop/pkg/runnerimport"
 	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/vm-runner/importer"
 )
 
 // importDisks is vm-runner import, the init container of a VM pod whose
@@ -33,27 +32,27 @@ func importDisks(args []string) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
-		return runnerexit.Config
+		return runnerconfig.ExitConfig
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	c, err := runnerconfig.Load(*config)
 	if err != nil {
 		log.Error("Cannot read the config", "err", err)
 		terminationMessage(err)
-		return runnerexit.Config
+		return runnerconfig.ExitConfig
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	opts := runnerimport.Options{Config: c, ScratchDir: *scratch, QemuImg: *qemuImg, Log: log}
+	opts := importer.Options{Config: c, ScratchDir: *scratch, QemuImg: *qemuImg, Log: log}
 	if rep := inCluster(c.VM.Name, log); rep != nil {
 		opts.Reporter = rep
 		defer stopReporting(rep.StopEvents, "the import's events", log)
 	}
 	log.Info("Importing disks", "version", version.Get(), "config", *config)
-	if err := runnerimport.Run(ctx, opts); err != nil {
+	if err := importer.Run(ctx, opts); err != nil {
 		log.Error("Cannot import", "err", err)
 		terminationMessage(err)
-		return runnerexit.Import
+		return runnerconfig.ExitImport
 	}
 	return 0
 }

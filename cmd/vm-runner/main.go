@@ -14,11 +14,10 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/runnerexit"
-	"github.com/vmop/vmop/pkg/runnerstatus"
 	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/vm-runner/reporter"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
 )
 
 func main() {
@@ -67,7 +66,7 @@ func run() int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
-		return runnerexit.Config
+		return runnerconfig.ExitConfig
 	}
 	if *showVersion {
 		fmt.Println("vm-runner", version.Get())
@@ -105,14 +104,14 @@ func run() int {
 		err = r.Run(ctx)
 	}
 	if err == nil {
-		return runnerexit.Clean
+		return runnerconfig.ExitClean
 	}
-	code := runnerexit.Failed
+	code := runnerconfig.ExitFailed
 	var exit *runner.ExitError
 	if errors.As(err, &exit) {
 		code = exit.Code
 	}
-	if code == runnerexit.Config || code == runnerexit.Failed || code == runnerexit.QemuRefused {
+	if code == runnerconfig.ExitConfig || code == runnerconfig.ExitFailed || code == runnerconfig.ExitQemuRefused {
 		log.Error("Cannot run the VM", "err", err, "exit", code)
 	}
 	terminationMessage(err)
@@ -142,7 +141,7 @@ func check(r *runner.Runner, log *slog.Logger) int {
 		if errors.As(err, &exit) {
 			return exit.Code
 		}
-		return runnerexit.Failed
+		return runnerconfig.ExitFailed
 	}
 	for _, p := range r.Status().CDProblems {
 		log.Warn("CD drive stays empty", "drive", p.Drive, "file", p.Image, "err", p.Err)
@@ -165,10 +164,10 @@ func report(r *runner.Runner, log *slog.Logger) func() {
 
 // inCluster is the reporter of the VM vm in a pod; nil stand-alone, or
 // when it cannot be made (the log says why).
-func inCluster(vm string, log *slog.Logger) *runnerstatus.Reporter {
-	rep, err := runnerstatus.InCluster(vm, log)
+func inCluster(vm string, log *slog.Logger) *reporter.Reporter {
+	rep, err := reporter.InCluster(vm, log)
 	switch {
-	case errors.Is(err, runnerstatus.ErrNotInCluster):
+	case errors.Is(err, reporter.ErrNotInCluster):
 		return nil
 	case err != nil:
 		log.Warn("Cannot report the VM's status", "err", err)

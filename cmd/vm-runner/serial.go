@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
-	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/serialconsole"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 )
 
 const serialUsage = `Usage: vm-runner serial [-c config.yaml] [--follow | --attach [--who NAME]]

@@ -15,7 +15,7 @@ import (
 	"syscall"
 
 	"github.com/vmop/vmop/internal/imagebuild"
-	"github.com/vmop/vmop/internal/testnode"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 func main() {

@@ -26,9 +26,9 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 
-	"github.com/vmop/vmop/internal/testcluster"
 	"github.com/vmop/vmop/pkg/install"
-	"github.com/vmop/vmop/pkg/runnerstatus"
+	"github.com/vmop/vmop/pkg/vm-runner/reporter"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 const (
@@ -277,7 +277,7 @@ func testRunnerOwnEvents(t *testing.T, rcs kubernetes.Interface, unbound *rest.C
 		e := &eventsv1.Event{
 			ObjectMeta:          metav1.ObjectMeta{GenerateName: "vm-a-"},
 			EventTime:           metav1.NowMicro(),
-			ReportingController: runnerstatus.ReportingController,
+			ReportingController: reporter.ReportingController,
 			ReportingInstance:   "vm-a-0",
 			Action:              "Boot",
 			Reason:              "Booted",

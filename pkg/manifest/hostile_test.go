@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmop/vmop/internal/hostile"
+	"github.com/vmop/vmop/test/harness/hostile"
 )
 
 // hostileYAML are documents that must give an error or a result without

@@ -31,10 +31,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/vmop/vmop/internal/testcluster"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // applyManager is the operator's field manager, so that the dry runs see

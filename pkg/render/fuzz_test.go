@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmop/vmop/internal/hostile"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/test/harness/hostile"
 	"sigs.k8s.io/yaml"
 )
 

@@ -19,10 +19,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/golden"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/test/harness/golden"
 )
 
 // Golden cases live in testdata/<case>/input.yaml. A case named "error-*"

@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/hostile"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/test/harness/hostile"
 )
 
 // hostileVM is a VM with a cloud-init user data block for the bombs, a

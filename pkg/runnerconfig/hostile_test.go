@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/hostile"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/test/harness/hostile"
 )
 
 func TestHostileParse(t *testing.T) {

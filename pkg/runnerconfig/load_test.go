@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/hostile"
+	"github.com/vmop/vmop/test/harness/hostile"
 )
 
 // javaStyle is written the way VM-Operator's runner documents its config.

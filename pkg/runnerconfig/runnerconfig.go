@@ -183,7 +183,7 @@ type Drive struct {
 	File      string `json:"file,omitempty"`
 	// ClaimSize is a vmop addition, set when Resource is a raw image file
 	// on a Filesystem claim of that many bytes: the file is made when
-	// missing and grown when the claim grew (see pkg/diskfile).
+	// missing and grown when the claim grew (see pkg/vm-runner/diskfile).
 	ClaimSize int64 `json:"claimSize,omitempty"`
 	// Source is a vmop addition (the Java runner ignores it): the image
 	// that vm-runner import puts on an empty Resource before the VM's

@@ -15,7 +15,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/pkg/runnerexit"
+	"github.com/vmop/vmop/pkg/runnerconfig"
 )
 
 // Conditions are the pod-derived conditions of a VM.
@@ -75,9 +75,9 @@ func FromPod(pod *corev1.Pod, want bool, restartHash string) Conditions {
 // as configured on its node, which no restart mends: the Failed condition's
 // reason, and its message when the runner left none.
 var startFailures = map[int32]struct{ reason, fallback string }{
-	runnerexit.QemuRefused: {v1.ReasonQemuFailed, "qemu refused to start the VM"},
-	runnerexit.Network:     {v1.ReasonNetworkFailed, "the runner could not set up the VM's network"},
-	runnerexit.Import:      {v1.ReasonImportFailed, "a disk of the VM is not filled from its image"},
+	runnerconfig.ExitQemuRefused: {v1.ReasonQemuFailed, "qemu refused to start the VM"},
+	runnerconfig.ExitNetwork:     {v1.ReasonNetworkFailed, "the runner could not set up the VM's network"},
+	runnerconfig.ExitImport:      {v1.ReasonImportFailed, "a disk of the VM is not filled from its image"},
 }
 
 // startFailed is the Failed condition of a runner that ended with one of

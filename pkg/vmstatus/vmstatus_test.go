@@ -9,7 +9,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/pkg/runnerexit"
+	"github.com/vmop/vmop/pkg/runnerconfig"
 )
 
 // failed is the Failed condition of a running VM's pod, and whether it
@@ -35,7 +35,7 @@ func TestPodFailure(t *testing.T) {
 
 	refused := crashing.DeepCopy()
 	refused.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{
-		ExitCode: runnerexit.QemuRefused, Message: "qemu refused to start (exited with code 1): qemu-system-x86_64: unable to find CPU model 'nehalem'",
+		ExitCode: runnerconfig.ExitQemuRefused, Message: "qemu refused to start (exited with code 1): qemu-system-x86_64: unable to find CPU model 'nehalem'",
 	}
 	c, ok = failed(refused)
 	require.True(t, ok)
@@ -44,7 +44,7 @@ func TestPodFailure(t *testing.T) {
 
 	noNetwork := crashing.DeepCopy()
 	noNetwork.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{
-		ExitCode: runnerexit.Network, Message: `network 0 (tap): bridge "br9" does not exist on node n1: create it there, or choose another bridge`,
+		ExitCode: runnerconfig.ExitNetwork, Message: `network 0 (tap): bridge "br9" does not exist on node n1: create it there, or choose another bridge`,
 	}
 	c, ok = failed(noNetwork)
 	require.True(t, ok)
@@ -74,7 +74,7 @@ func TestPodFailure(t *testing.T) {
 	cleanRestart := retrying.DeepCopy()
 	cs = &cleanRestart.Status.ContainerStatuses[0]
 	cs.Ready = false
-	cs.LastTerminationState.Terminated.ExitCode = runnerexit.Clean
+	cs.LastTerminationState.Terminated.ExitCode = runnerconfig.ExitClean
 	_, ok = failed(cleanRestart)
 	require.False(t, ok, "a runner that ended cleanly (the guest shut down) and starts again is no failure")
 
@@ -152,7 +152,7 @@ func TestImportFailure(t *testing.T) {
 		Name:                 render.ContainerImport,
 		RestartCount:         2,
 		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: runnerexit.Import, Message: words + "\n"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: runnerconfig.ExitImport, Message: words + "\n"}},
 	}}}}
 	c, ok := failed(pod)
 	require.True(t, ok)
@@ -167,7 +167,7 @@ func TestImportFailure(t *testing.T) {
 	require.Equal(t, v1.ReasonStarting, FromPod(pod, true, "").Running.Reason)
 	require.Contains(t, FromPod(pod, true, "").Running.Message, "fills the VM's disks")
 
-	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: runnerexit.Import}}
+	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: runnerconfig.ExitImport}}
 	c, ok = failed(pod)
 	require.True(t, ok, "just exited")
 	require.Equal(t, "init container import exited with 7 (2 restarts).", c.Message)

@@ -30,20 +30,20 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/vmop/vmop/internal/plugintest"
-	"github.com/vmop/vmop/internal/spicetest"
-	"github.com/vmop/vmop/internal/testcluster"
-	"github.com/vmop/vmop/internal/testguest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/cmd/console"
+	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/console"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/podsync"
-	"github.com/vmop/vmop/pkg/qmp"
 	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/runnerstatus"
+	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/pkg/vm-runner/reporter"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/plugintest"
+	"github.com/vmop/vmop/test/harness/spicetest"
+	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/testguest"
 )
 
 const ns = "console"
@@ -227,7 +227,7 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 	logFile, err := os.Create(filepath.Join(dir, "runner.log"))
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	reporter, err := runnerstatus.New(e.c.Config, ns, vm.Name, log)
+	reporter, err := reporter.New(e.c.Config, ns, vm.Name, log)
 	require.NoError(t, err)
 	r, err := runner.New(runner.Options{
 		ConfigFile:   filepath.Join(etc, runnerconfig.ConfigFile),

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/xscreen"
-	"github.com/vmop/vmop/pkg/cmd/console"
-	"github.com/vmop/vmop/pkg/qmp"
+	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/console"
+	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/test/harness/xscreen"
 )
 
 // testViewer launches remote-viewer through the command, as a user would,

@@ -2,7 +2,7 @@
 // VirtualMachine that the API server accepts is one that vmop's validation
 // accepts (and the other way round), renders to objects the API server
 // accepts, gives a runner config that loads, and a qemu that starts.
-// VirtualMachines are drawn at random from the CRD's schema (internal/vmgen)
+// VirtualMachines are drawn at random from the CRD's schema (test/harness/vmgen)
 // with a fixed seed; VMOP_CONTRACT_SPECS, VMOP_CONTRACT_QEMU and
 // VMOP_CONTRACT_SEED make a longer run (make contract).
 package contract
@@ -32,13 +32,12 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
-	"github.com/vmop/vmop/internal/testcluster"
-	"github.com/vmop/vmop/internal/vmgen"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/runnerexit"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmgen"
 )
 
 // Bounds of the run in make test: a few seconds of API calls and a few
@@ -192,11 +191,11 @@ func specYAML(u *unstructured.Unstructured) string {
 
 // nodeOnly tells whether err is qemu refusing what only the node's qemu
 // can judge: a CPU model it does not know (models come and go with qemu
-// versions). Such a refusal must come as runnerexit.QemuRefused with
+// versions). Such a refusal must come as runnerconfig.ExitQemuRefused with
 // qemu's words, which the VM's Failed condition (QemuFailed) shows.
 func nodeOnly(err error) bool {
 	var exit *runner.ExitError
-	return errors.As(err, &exit) && exit.Code == runnerexit.QemuRefused && strings.Contains(err.Error(), "unable to find CPU model")
+	return errors.As(err, &exit) && exit.Code == runnerconfig.ExitQemuRefused && strings.Contains(err.Error(), "unable to find CPU model")
 }
 
 // qemuChecker starts each VM's runner config with vm-runner's Check: qemu

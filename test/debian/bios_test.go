@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/debianguest"
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/pkg/guestagent"
-	"github.com/vmop/vmop/pkg/runner"
+	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/test/harness/debianguest"
+	"github.com/vmop/vmop/test/harness/eventually"
 )
 
 // sshKey is a public key for cloud-init's users module (the guest only
@@ -162,7 +162,7 @@ func TestDebianBIOS(t *testing.T) {
 	// SCSI commands) even while the CD is mounted, and systemd then
 	// unmounts it: the runner waits for the guest's answer, which here
 	// comes at once. (A guest that keeps the tray locked until it is done:
-	// TestGuestLockedTray in pkg/runner.)
+	// TestGuestLockedTray in pkg/vm-runner/runner.)
 	t.Run("a CD inserted live is readable; eject goes through the guest", func(t *testing.T) {
 		mon := g.monitor()
 		ctx := t.Context()

@@ -1,5 +1,5 @@
 // Package debian_test runs vm-runner stand-alone with a real Debian 12
-// guest (internal/debianguest) on the runner image's qemu, and checks each
+// guest (test/harness/debianguest) on the runner image's qemu, and checks each
 // of the runner's promises against what the guest itself reports: its
 // agent's answers, its serial console, files it wrote. `go test -run
 // Debian ./...` runs these alone.
@@ -26,16 +26,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/debianguest"
-	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/imagebuild"
-	"github.com/vmop/vmop/internal/statusrecorder"
-	"github.com/vmop/vmop/internal/testcluster"
-	"github.com/vmop/vmop/pkg/guestagent"
-	"github.com/vmop/vmop/pkg/qmp"
-	"github.com/vmop/vmop/pkg/runner"
-	"github.com/vmop/vmop/pkg/serialconsole"
+	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
+	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/debianguest"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/statusrecorder"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // mac is the test NIC's address, which the network-config matches.

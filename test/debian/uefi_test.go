@@ -15,11 +15,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/debianguest"
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/xscreen"
-	"github.com/vmop/vmop/pkg/cmd/console"
-	"github.com/vmop/vmop/pkg/qmp"
+	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/console"
+	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/test/harness/debianguest"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/xscreen"
 )
 
 const uefiConfig = `"/Runner":

@@ -14,9 +14,9 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/argocd"
-	"github.com/vmop/vmop/pkg/runner"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/runnerstatus"
+	"github.com/vmop/vmop/pkg/vm-runner/reporter"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
 )
 
 // argoCDDir holds the health check, its health_test.yaml (the expected
@@ -128,7 +128,7 @@ func TestArgoCDHealth(t *testing.T) {
 	t.Run("a CD drive without its medium", func(t *testing.T) {
 		e.createVM(ns, strings.Replace(fmt.Sprintf(runningVM, "media"), `cdrom: {image: ""}`, "cdrom: {image: installer.iso}", 1))
 		e.waitStatus(ns, "media", 60*time.Second, "running and ready", running)
-		rep, err := runnerstatus.New(e.c.Config, ns, "media", nil)
+		rep, err := reporter.New(e.c.Config, ns, "media", nil)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rep.Stop(t.Context()) })
 		image := filepath.Join(runnerconfig.ImageRepositoryDir, "installer.iso")
@@ -136,9 +136,9 @@ func TestArgoCDHealth(t *testing.T) {
 			fixture, reason string
 			problem         runner.CDProblem
 		}{
-			{"medium-unavailable", runnerstatus.ReasonMediumFailed, runner.CDProblem{Drive: "cd0", Index: 1, Image: image,
+			{"medium-unavailable", reporter.ReasonMediumFailed, runner.CDProblem{Drive: "cd0", Index: 1, Image: image,
 				Err: fmt.Sprintf("Could not open '%s': No such file or directory", image)}},
-			{"medium-waits-for-tray", runnerstatus.ReasonMediumWaitsTray, runner.CDProblem{Drive: "cd0", Index: 1, Image: image}},
+			{"medium-waits-for-tray", reporter.ReasonMediumWaitsTray, runner.CDProblem{Drive: "cd0", Index: 1, Image: image}},
 		} {
 			rep.Report(t.Context(), runner.Status{Running: true, CPUs: 2, RAM: 1 << 30, CDProblems: []runner.CDProblem{c.problem}})
 			e.waitStatus(ns, "media", 30*time.Second, c.reason, func(st v1.VirtualMachineStatus) bool {

@@ -25,7 +25,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
 
-	"github.com/vmop/vmop/internal/eventually"
+	"github.com/vmop/vmop/test/harness/eventually"
 )
 
 // scaleVM is what the scale benchmark creates 1,000 of: stopped, with

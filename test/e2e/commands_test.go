@@ -23,14 +23,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/plugintest"
-	"github.com/vmop/vmop/internal/testcluster"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/plugintest"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // stoppedVM is runningVM, stopped.

@@ -1,6 +1,6 @@
 // Package e2e tests vm-operator as a process against a real control plane:
 // etcd, kube-apiserver, kube-controller-manager and kwok (see
-// internal/testcluster). `make e2e` runs these tests alone.
+// test/harness/testcluster). `make e2e` runs these tests alone.
 package e2e
 
 import (
@@ -34,9 +34,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/vmop/vmop/internal/testcluster"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // node is the kwok node that VM pods are placed on (there is no scheduler).

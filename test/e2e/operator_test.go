@@ -34,7 +34,7 @@ import (
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 
-	"github.com/vmop/vmop/internal/eventually"
+	"github.com/vmop/vmop/test/harness/eventually"
 )
 
 // runningVM has everything that makes objects: disks (PVCs), a CD, SPICE

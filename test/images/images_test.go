@@ -23,13 +23,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/internal/imagebuild"
-	"github.com/vmop/vmop/internal/testcluster"
-	"github.com/vmop/vmop/internal/testcontainerd"
-	"github.com/vmop/vmop/internal/testguest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/qmp"
-	"github.com/vmop/vmop/pkg/serialconsole"
+	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/testcontainerd"
+	"github.com/vmop/vmop/test/harness/testguest"
 )
 
 var (

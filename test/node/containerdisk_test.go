@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/imagebuild"
-	"github.com/vmop/vmop/internal/testguest"
-	"github.com/vmop/vmop/internal/testnode"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testguest"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 // containerDiskImage builds an image of files, as KubeVirt's containerDisk

@@ -15,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmop/vmop/internal/debianguest"
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/testnode"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/test/harness/debianguest"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 // TestDebianServer is a server user's way in operator mode, with the

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmop/vmop/internal/eventually"
+	"github.com/vmop/vmop/test/harness/eventually"
 )
 
 // requireEvents waits until the real kubectl events --for obj (vm/guest

@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/testcluster"
-	"github.com/vmop/vmop/internal/testnode"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 // TestExamples follows the README's "A single node with local disks" as a

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/testguest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testguest"
 )
 
 // TestFaults: what goes wrong on a real node ends in a status a user

@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/testguest"
-	"github.com/vmop/vmop/internal/testnode"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testguest"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 // fsDiskSize is the claim's size: its file is that large, and sparse.

@@ -12,9 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/testguest"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testguest"
 )
 
 // TestGitOpsJourney is the journey without the operator: the rendered

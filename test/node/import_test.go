@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/vmop/vmop/internal/debianguest"
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/testnode"
+	"github.com/vmop/vmop/test/harness/debianguest"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 // sourcedGuestVM is the test guest with a disk filled from a source at

@@ -1,5 +1,5 @@
 // Package node walks a user's journeys with vmop on a real node: a
-// kubelet with containerd and runc (internal/testnode) runs vmop's own
+// kubelet with containerd and runc (test/harness/testnode) runs vmop's own
 // images, built as make images builds them, and the test guest boots in
 // the VM's pod from a Block disk. Commands go through the real kubectl,
 // which finds kubectl-vm on PATH as it would for a user.
@@ -21,10 +21,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmop/vmop/internal/eventually"
 	"github.com/vmop/vmop/internal/imagebuild"
-	"github.com/vmop/vmop/internal/testnode"
-	"github.com/vmop/vmop/pkg/serialconsole"
+	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 var (

@@ -19,11 +19,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/testguest"
-	"github.com/vmop/vmop/internal/testnode"
-	"github.com/vmop/vmop/pkg/dhcp"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/pkg/vm-runner/dhcp"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testguest"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 // networkVM is the test guest, running, with one NIC of the given kind

@@ -18,11 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/spicetest"
-	"github.com/vmop/vmop/internal/testguest"
-	"github.com/vmop/vmop/internal/testnode"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/spicetest"
+	"github.com/vmop/vmop/test/harness/testguest"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 // guestVM is the test guest as a VirtualMachine: it boots from its Block

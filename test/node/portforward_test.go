@@ -18,11 +18,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmop/vmop/internal/syncbuffer"
-	"github.com/vmop/vmop/internal/testcluster"
-	"github.com/vmop/vmop/internal/testguest"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/test/harness/syncbuffer"
+	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/testguest"
 )
 
 // portsVM is the test guest with a NIC on qemu's user network, on which

@@ -12,11 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/ptytest"
-	"github.com/vmop/vmop/internal/syncbuffer"
-	"github.com/vmop/vmop/internal/testguest"
-	"github.com/vmop/vmop/pkg/serialconsole"
+	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/ptytest"
+	"github.com/vmop/vmop/test/harness/syncbuffer"
+	"github.com/vmop/vmop/test/harness/testguest"
 )
 
 // serialConsole uses the running VM's serial console as a user at a

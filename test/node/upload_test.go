@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmop/vmop/internal/eventually"
-	"github.com/vmop/vmop/internal/testnode"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 // uploadDiskSize is the VM's disk: a size no other test's volume has, so

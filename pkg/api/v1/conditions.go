@@ -13,7 +13,7 @@ const (
 	ConditionSpecWarnings = "SpecWarnings"
 )
 
-// Condition types that vm-runner owns (pkg/runnerstatus writes them; their
+// Condition types that vm-runner owns (pkg/vm-runner/reporter writes them; their
 // reasons are there): named here so that readers such as the operator's
 // metrics need not link the runner.
 const (

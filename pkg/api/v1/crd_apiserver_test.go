@@ -15,8 +15,8 @@ import (
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/vmop/vmop/internal/testcluster"
 	vmv1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // fullVM sets every spec field of the schema (checked below), so that a

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/internal/hostile"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/test/harness/hostile"
 )
 
 // The operator decodes what the API server sends with DecodeJSON: JSON

@@ -1,0 +1,243 @@
+// Package list is "kubectl vm list": the VMs of a namespace, or of all, in
+// either mode, as a table like kubectl get's or as a YAML or JSON List.
+package list
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/status"
+	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
+	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// outputWide adds columns to the table.
+const outputWide = "wide"
+
+// outputs are the values of -o besides the default table.
+var outputs = []string{outputWide, manifest.FormatYAML, manifest.FormatJSON}
+
+const example = `  # The VMs of the current namespace
+  %[1]s list
+
+  # The VMs of all namespaces, with their mode and readiness
+  %[1]s ls -A -o wide
+
+  # The VirtualMachines (and StatefulSets of VMs in GitOps mode) as JSON
+  %[1]s list -n lab -o json`
+
+// Options are the options of the list command.
+type Options struct {
+	AllNamespaces bool
+	Output        string
+
+	configFlags *genericclioptions.ConfigFlags
+	client      *vmclient.Client
+	// now is the clock of the AGE column; tests fix it.
+	now func() time.Time
+	genericiooptions.IOStreams
+}
+
+// NewCmd makes the list command.
+func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	return newCmd(name, configFlags, streams, time.Now)
+}
+
+func newCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, now func() time.Time) *cobra.Command {
+	o := &Options{configFlags: configFlags, IOStreams: streams, now: now}
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List virtual machines",
+		Long: `List the virtual machines of the namespace, or of all namespaces with -A:
+every VirtualMachine (operator mode) and every StatefulSet rendered by
+kubectl vm that has no VirtualMachine (GitOps mode).
+
+STATE is the desired state; STATUS is what the VM does: the reason of
+vm-operator's Running condition (Running, Starting, Stopping, Stopped), in
+GitOps mode derived from the pod. CPUS and RAM are what the runner reports
+in use, or in parentheses the spec's current values when nothing is
+reported (a stopped VM, or GitOps mode, where the runner has no
+VirtualMachine to report to). CONSOLE is the address of the connected
+SPICE client. -o wide adds MODE (operator or gitops), READY and IP (the
+guest's first address, from its agent).
+
+-o yaml and -o json print a v1 List of the VirtualMachines and, for VMs in
+GitOps mode, their StatefulSets.`,
+		Example:           fmt.Sprintf(example, name),
+		Args:              cobra.NoArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "list the VMs of all namespaces")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: "+strings.Join(outputs, ", ")+" (default: a table)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// Complete makes the client.
+func (o *Options) Complete() error {
+	var err error
+	o.client, err = vmclient.New(o.configFlags)
+	return err
+}
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	if o.Output != "" && !slices.Contains(outputs, o.Output) {
+		return fmt.Errorf("--output %q is not supported: use one of %s", o.Output, strings.Join(outputs, ", "))
+	}
+	return nil
+}
+
+// Run lists the VMs.
+func (o *Options) Run(ctx context.Context) error {
+	vms, err := o.client.List(ctx, o.AllNamespaces)
+	if err != nil {
+		return err
+	}
+	if o.Output == manifest.FormatYAML || o.Output == manifest.FormatJSON {
+		return o.printList(vms)
+	}
+	if len(vms) == 0 {
+		// As kubectl get says it, on stderr so that scripts see no rows.
+		if o.AllNamespaces {
+			fmt.Fprintln(o.ErrOut, "No VMs found.")
+		} else {
+			fmt.Fprintf(o.ErrOut, "No VMs found in %s namespace.\n", o.client.Namespace)
+		}
+		return nil
+	}
+	views, err := o.views(ctx, vms)
+	if err != nil {
+		return err
+	}
+	return o.printTable(views)
+}
+
+// views finds the pods and ConfigMaps of the VMs in GitOps mode, with one
+// request each for all of them, since only those tell what such a VM
+// does and asks for.
+func (o *Options) views(ctx context.Context, vms []*vmclient.VM) ([]*status.View, error) {
+	c := o.client
+	pods := map[string]*corev1.Pod{}
+	cms := map[string]*corev1.ConfigMap{}
+	if slices.ContainsFunc(vms, func(vm *vmclient.VM) bool { return vm.Mode == vmclient.ModeGitOps }) {
+		ns := c.Namespace
+		if o.AllNamespaces {
+			ns = metav1.NamespaceAll
+		}
+		sel := metav1.ListOptions{LabelSelector: render.LabelName + "=" + render.NameRunner}
+		podList, err := c.Kube.CoreV1().Pods(ns).List(ctx, sel)
+		if err != nil {
+			return nil, c.Explain(err)
+		}
+		for i := range podList.Items {
+			p := &podList.Items[i]
+			pods[p.Namespace+"/"+p.Name] = p
+		}
+		cmList, err := c.Kube.CoreV1().ConfigMaps(ns).List(ctx, sel)
+		if err != nil {
+			return nil, c.Explain(err)
+		}
+		for i := range cmList.Items {
+			cm := &cmList.Items[i]
+			cms[cm.Namespace+"/"+cm.Name] = cm
+		}
+	}
+	views := make([]*status.View, len(vms))
+	for i, vm := range vms {
+		key := vm.Namespace + "/" + vm.Name
+		views[i] = status.NewView(vm, pods[key+"-0"], cms[key])
+	}
+	return views, nil
+}
+
+func (o *Options) printTable(views []*status.View) error {
+	w := printers.GetNewTabWriter(o.Out)
+	header := []string{"NAME", "STATE", "STATUS", "CPUS", "RAM", "NODE", "CONSOLE", "AGE"}
+	if o.AllNamespaces {
+		header = append([]string{"NAMESPACE"}, header...)
+	}
+	if o.Output == outputWide {
+		header = append(header, "MODE", "READY", "IP")
+	}
+	fmt.Fprintln(w, strings.Join(header, "\t"))
+	for _, v := range views {
+		phase, _ := v.Phase()
+		cpus, ram := v.CPUs(), v.RAM()
+		if v.Config != nil {
+			cpus = cmp.Or(cpus, fmt.Sprintf("(%d)", v.Config.VM.CurrentCPUs))
+			ram = cmp.Or(ram, "("+status.Bytes(v.Config.VM.CurrentRAM.Bytes)+")")
+		}
+		row := []string{v.Name, string(v.State()), phase, cmp.Or(cpus, "<none>"), cmp.Or(ram, "<none>"),
+			cmp.Or(v.Node(), "<none>"), cmp.Or(v.ConsoleClient(), "<none>"), status.Age(o.now(), v.Created())}
+		if o.AllNamespaces {
+			row = append([]string{v.Namespace}, row...)
+		}
+		if o.Output == outputWide {
+			row = append(row, string(v.Mode), v.Ready(), cmp.Or(v.IP(), "<none>"))
+		}
+		fmt.Fprintln(w, strings.Join(row, "\t"))
+	}
+	return w.Flush()
+}
+
+// printList writes the VMs' objects as kubectl get -o yaml|json does: a
+// v1 List whose items keep their status but not their managed fields.
+// (manifest.Writer writes manifests, without status, so it does not fit.)
+func (o *Options) printList(vms []*vmclient.VM) error {
+	items := make([]any, len(vms))
+	for i, vm := range vms {
+		if vm.Object != nil {
+			unstructured.RemoveNestedField(vm.Object.Object, "metadata", "managedFields")
+			items[i] = vm.Object.Object
+			continue
+		}
+		sts := vm.StatefulSet.DeepCopy()
+		sts.APIVersion, sts.Kind = "apps/v1", "StatefulSet"
+		sts.ManagedFields = nil
+		items[i] = sts
+	}
+	list := map[string]any{
+		"apiVersion": "v1",
+		"kind":       "List",
+		"metadata":   map[string]any{"resourceVersion": ""},
+		"items":      items,
+	}
+	var b []byte
+	var err error
+	if o.Output == manifest.FormatYAML {
+		b, err = manifest.ObjectToYAML(list)
+	} else {
+		b, err = json.MarshalIndent(list, "", "    ")
+		b = append(b, '\n')
+	}
+	if err != nil {
+		return err
+	}
+	_, err = o.Out.Write(b)
+	return err
+}

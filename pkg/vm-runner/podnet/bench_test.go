@@ -1,0 +1,142 @@
+package podnet
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testguest"
+)
+
+// benchMAC is the test guest's NIC, which the DHCP server answers.
+const benchMAC = "52:54:00:be:9c:01"
+
+// echoBytes go to the guest's echo service and back per round.
+const echoBytes = 4 << 20
+
+// BenchmarkGuestEcho is TCP throughput from the host to the test guest's
+// echo service and back, under TCG: through a pod network (the host
+// reaches the pod's IP on a veth, NAT to the guest's tap) and through
+// qemu's user network with a host forward on 127.0.0.1, the way into a
+// user-network guest. It also reports qemu's resident memory, where a
+// user network's slirp lives; a pod network's part in the runner is its
+// DHCP server (qemu-rss-MiB and the kernel's tap and nftables table).
+func BenchmarkGuestEcho(b *testing.B) {
+	g := testguest.Build(b).WithAppend(testguest.DHCP)
+	b.Run("pod-network", func(b *testing.B) {
+		p := newPod(b)
+		serve := exec.Command("ip", "netns", "exec", p.ns, os.Args[0])
+		opts, err := json.Marshal(Options{Net: netip.MustParsePrefix("10.0.2.0/24")})
+		require.NoError(b, err)
+		serve.Env = append(os.Environ(), helperEnv+"="+string(opts), serveEnv+"="+benchMAC)
+		stdin, err := serve.StdinPipe()
+		require.NoError(b, err)
+		serve.Stderr = os.Stderr
+		require.NoError(b, serve.Start())
+		b.Cleanup(func() {
+			stdin.Close()
+			_ = serve.Wait()
+		})
+		qemu := startGuest(b, g, []string{"ip", "netns", "exec", p.ns},
+			"-netdev", "tap,id=n,ifname="+Tap+",script=no,downscript=no", "-device", "virtio-net-pci,netdev=n,mac="+benchMAC)
+		benchEcho(b, qemu, "10.98.7.2:7")
+	})
+	b.Run("user-hostfwd", func(b *testing.B) {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		require.NoError(b, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		qemu := startGuest(b, g, nil,
+			"-netdev", fmt.Sprintf("user,id=n,restrict=on,hostfwd=tcp:127.0.0.1:%d-:7", port), "-device", "virtio-net-pci,netdev=n,mac="+benchMAC)
+		benchEcho(b, qemu, "127.0.0.1:"+strconv.Itoa(port))
+	})
+}
+
+// startGuest boots g with qemu (behind prefix, a command such as ip netns
+// exec) and waits until its echo service listens.
+func startGuest(b *testing.B, g testguest.Guest, prefix []string, nic ...string) *exec.Cmd {
+	console := filepath.Join(b.TempDir(), "console.log")
+	args := append(prefix, "qemu-system-x86_64", "-nodefaults", "-display", "none", "-no-reboot",
+		"-machine", "q35,accel="+testguest.Accel(), "-cpu", "max", "-m", "256", "-serial", "file:"+console)
+	args = append(append(args, nic...), g.QemuArgs()...)
+	cmd := exec.Command(args[0], args[1:]...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(b, cmd.Start())
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	eventually.Within(b, time.Minute, func() string {
+		log, _ := os.ReadFile(console)
+		if strings.Contains(string(log), testguest.EchoLine) {
+			return ""
+		}
+		return fmt.Sprintf("no %q yet; qemu: %s; console:\n%s", testguest.EchoLine, out.String(), log)
+	})
+	return cmd
+}
+
+// benchEcho sends echoBytes per round to addr and reads them back.
+func benchEcho(b *testing.B, qemu *exec.Cmd, addr string) {
+	// The guest prints its echo line as it starts nc, which may not listen
+	// yet.
+	eventually.Within(b, 30*time.Second, func() string {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return err.Error()
+		}
+		c.Close()
+		return ""
+	})
+	data := bytes.Repeat([]byte("0123456789abcdef"), echoBytes/16)
+	got := make([]byte, len(data))
+	b.SetBytes(2 * echoBytes) // there and back
+	b.ResetTimer()
+	for b.Loop() {
+		c, err := net.DialTimeout("tcp", addr, 20*time.Second)
+		require.NoError(b, err)
+		require.NoError(b, c.SetDeadline(time.Now().Add(5*time.Minute)))
+		sent := make(chan error, 1)
+		go func() {
+			_, err := c.Write(data)
+			sent <- err
+		}()
+		_, err = io.ReadFull(c, got)
+		require.NoError(b, err)
+		require.NoError(b, <-sent)
+		c.Close()
+	}
+	b.StopTimer()
+	require.Equal(b, data, got)
+	// ip netns exec execs qemu: the pid is qemu's either way.
+	b.ReportMetric(float64(rssKiB(b, qemu.Process.Pid))/1024, "qemu-rss-MiB")
+}
+
+// rssKiB is a process's resident memory from /proc.
+func rssKiB(b *testing.B, pid int) int {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(b, err)
+	for _, l := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kib, err := strconv.Atoi(f[1])
+			require.NoError(b, err)
+			return kib
+		}
+	}
+	b.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
+}

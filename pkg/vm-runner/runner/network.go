@@ -1,0 +1,95 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vm-runner/dhcp"
+	"github.com/vmop/vmop/pkg/vm-runner/podnet"
+)
+
+// errNotInPod: a pod network rewrites the network namespace the runner
+// runs in, which outside a pod is the host's.
+var errNotInPod = errors.New("pod network: the runner is not in a Kubernetes pod (no KUBERNETES_SERVICE_HOST), and would change this host's network: a stand-alone runner uses a user or tap network")
+
+// Where the runner finds what tap networks need: the node's bridges
+// (host network), and qemu's bridge helper with its access list in the
+// runner's image. Variables for tests.
+var (
+	sysClassNet  = "/sys/class/net"
+	bridgeHelper = "/usr/lib/qemu/qemu-bridge-helper"
+	bridgeConf   = "/etc/qemu/bridge.conf"
+)
+
+// checkTapNetworks tells before qemu starts what a tap network lacks,
+// in words, where qemu's bridge helper would only fail with its own.
+func checkTapNetworks(vm *runnerconfig.VM) error {
+	for i, n := range vm.Network {
+		if n.Type != runnerconfig.NetworkTap {
+			continue
+		}
+		for _, f := range []string{bridgeHelper, bridgeConf} {
+			if _, err := os.Stat(f); err != nil {
+				return fmt.Errorf("network %d (tap): the runner image has no %s, which tap networks need (qemu's bridge helper; in Debian's qemu-system-common)", i, f)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(sysClassNet, n.Bridge, "bridge")); err != nil {
+			node, _ := os.Hostname()
+			return fmt.Errorf("network %d (tap): bridge %q does not exist on node %s: create it there, or choose another bridge", i, n.Bridge, node)
+		}
+	}
+	return nil
+}
+
+// setUpPodNetwork makes the guest's side of the pod's network and serves
+// the guest its address by DHCP until ctx ends; nothing without a pod
+// network.
+func (r *Runner) setUpPodNetwork(ctx context.Context) error {
+	n := r.config.VM.PodNetwork()
+	if n == nil {
+		return nil
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return errNotInPod
+	}
+	o := podnet.Options{Ports: podnetPorts(n.Ports), Reserved: podnetPorts(r.config.VM.OwnPorts())}
+	var err error
+	if o.Net, err = netip.ParsePrefix(n.Net); err != nil {
+		return fmt.Errorf("pod network: net %q: %w", n.Net, err)
+	}
+	pn, err := podnet.Setup(o)
+	if err != nil {
+		return fmt.Errorf("pod network: %w", err)
+	}
+	mac, err := net.ParseMAC(n.MAC)
+	if err != nil {
+		return fmt.Errorf("pod network: mac %q: %w", n.MAC, err)
+	}
+	srv, err := dhcp.Listen(ctx, podnet.Tap, pn.Lease(mac, r.config.VM.Name))
+	if err != nil {
+		return fmt.Errorf("pod network: the guest's DHCP server: %w", err)
+	}
+	go func() {
+		if err := srv.Serve(ctx, r.log); err != nil {
+			r.log.Error("The guest's DHCP server stopped: the guest gets no address on the pod network", "err", err)
+		}
+	}()
+	r.podNet, r.podMAC = pn, n.MAC
+	r.log.Info("Guest on the pod network", "podIP", pn.PodIP, "guest", pn.Guest, "uplink", pn.Uplink, "mtu", pn.MTU)
+	return nil
+}
+
+// podnetPorts are ports as podnet takes them.
+func podnetPorts(ports []runnerconfig.Port) []podnet.Port {
+	out := make([]podnet.Port, len(ports))
+	for i, p := range ports {
+		out[i] = podnet.Port{Protocol: p.Protocol, Port: uint16(p.Port)}
+	}
+	return out
+}
