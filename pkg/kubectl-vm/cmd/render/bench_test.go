@@ -17,7 +17,7 @@ import (
 // file included. The bar is under 1 s on one core (>= 10,000 VMs/s).
 func BenchmarkRenderCommand(b *testing.B) {
 	const vms = 10000
-	doc, err := os.ReadFile("../../../examples/local-path-test-vm.yaml")
+	doc, err := os.ReadFile("../../../../examples/local-path-test-vm.yaml")
 	require.NoError(b, err)
 	var in strings.Builder
 	for i := range vms {
