@@ -1,0 +1,126 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/vm-runner/reporter"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
+)
+
+// run runs the VM (or checks it) and ends with the runner's exit code.
+func (o *runOptions) run(stderr io.Writer) error {
+	level := slog.LevelInfo
+	if o.debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	r, err := runner.New(runner.Options{
+		ConfigFile: o.config, TemplateDirs: o.templateDirs, Qemu: o.qemu, Swtpm: o.swtpm, Logger: log, SpiceAddress: o.spiceAddress,
+	})
+	if err == nil && o.check {
+		return check(r, log, stderr)
+	}
+	if err == nil {
+		if stop := report(r, log); stop != nil {
+			defer stop()
+		}
+		// SIGTERM (the pod is deleted) and ^C shut the guest down cleanly.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		log.Info("Starting", "version", version.Get(), "config", o.config)
+		err = r.Run(ctx)
+	}
+	if err == nil {
+		return nil
+	}
+	code := runnerconfig.ExitFailed
+	var exitErr *runner.ExitError
+	if errors.As(err, &exitErr) {
+		code = exitErr.Code
+	}
+	if code == runnerconfig.ExitConfig || code == runnerconfig.ExitFailed || code == runnerconfig.ExitQemuRefused {
+		log.Error("Cannot run the VM", "err", err, "exit", code)
+	}
+	terminationMessage(err)
+	return exit(code, nil)
+}
+
+// terminationLog is where a container's last words go: the kubelet puts
+// them into the pod's status, from which vm-operator and kubectl vm status
+// report why the runner failed (without it they get the log's end).
+const terminationLog = "/dev/termination-log"
+
+// terminationMessage writes err there when the file exists (in a pod).
+func terminationMessage(err error) {
+	if _, serr := os.Stat(terminationLog); serr != nil {
+		return
+	}
+	_ = os.WriteFile(terminationLog, []byte(err.Error()), 0o644)
+}
+
+// check runs runner.Check and says what it found.
+func check(r *runner.Runner, log *slog.Logger, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := r.Check(ctx); err != nil {
+		fmt.Fprintln(stderr, "vm-runner check:", err)
+		var exitErr *runner.ExitError
+		if errors.As(err, &exitErr) {
+			return exit(exitErr.Code, nil)
+		}
+		return exit(runnerconfig.ExitFailed, nil)
+	}
+	for _, p := range r.Status().CDProblems {
+		log.Warn("CD drive stays empty", "drive", p.Drive, "file", p.Image, "err", p.Err)
+	}
+	fmt.Println("qemu accepts the VM", r.Name())
+	return nil
+}
+
+// report makes the runner write its VM's status and events when it runs in
+// a pod, and returns what writes the final status and the last events; nil
+// when stand-alone.
+func report(r *runner.Runner, log *slog.Logger) func() {
+	rep := inCluster(r.Name(), log)
+	if rep == nil {
+		return nil
+	}
+	r.UseReporter(rep)
+	return func() { stopReporting(rep.Stop, "the final status and events", log) }
+}
+
+// inCluster is the reporter of the VM vm in a pod; nil stand-alone, or
+// when it cannot be made (the log says why).
+func inCluster(vm string, log *slog.Logger) *reporter.Reporter {
+	rep, err := reporter.InCluster(vm, log)
+	switch {
+	case errors.Is(err, reporter.ErrNotInCluster):
+		return nil
+	case err != nil:
+		log.Warn("Cannot report the VM's status", "err", err)
+		return nil
+	}
+	return rep
+}
+
+// stopReporting ends a reporter with stop (its Stop or StopEvents), which
+// writes what it still holds (what, for the log).
+func stopReporting(stop func(context.Context) error, what string, log *slog.Logger) {
+	// The signal context has ended by now: give the last writes their own.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		log.Warn("Cannot write "+what, "err", err)
+	}
+}
