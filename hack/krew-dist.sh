@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release archives of kubectl-vm for krew, one per platform of
 # krew/vm.yaml, and writes the manifest that points at them, DIST/vm.yaml:
-# the template krew/vm.yaml with the version, the archives' files and their
-# sha256 filled in. Run by "make krew".
+# the template krew/vm.yaml with the version and the archives' sha256
+# filled in. Each archive holds kubectl-vm and the LICENSE. Run by "make krew".
 #
 #   hack/krew-dist.sh VERSION [DIST]     (DIST defaults to dist)
 #
@@ -28,14 +28,8 @@ dist=$(cd "$dist" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The archives hold kubectl-vm, and the LICENSE once the repository has one.
-extra=()
-if [[ -f $root/LICENSE ]]; then extra+=(LICENSE); fi
-files=(kubectl-vm "${extra[@]}")
-entries=$(printf '{from: %s, to: .}, ' "${files[@]}")
 manifest=$(sed -n '/^apiVersion:/,$p' "$root/krew/vm.yaml") # without the template's comment
 manifest=${manifest//'${VERSION}'/$version}
-manifest=${manifest//'${FILES}'/[${entries%, }]}
 platforms=${KREW_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}
 for platform in $platforms; do
 	os=${platform%/*} arch=${platform#*/}
@@ -44,11 +38,11 @@ for platform in $platforms; do
 	(cd "$root" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch "${GO:-go}" build -trimpath \
 		-ldflags "-s -w -X github.com/vmop/vmop/pkg/version.Version=$version" \
 		-o "$work/$os-$arch/kubectl-vm" ./cmd/kubectl-vm)
-	for f in "${extra[@]}"; do cp "$root/$f" "$work/$os-$arch/"; done
+	cp "$root/LICENSE" "$work/$os-$arch/" # the manifest's files: install it
 	# Fixed owner, order and times (gzip -n: no name, no time) make the
 	# archive depend on its contents only.
 	tar -C "$work/$os-$arch" --sort=name --owner=0 --group=0 --numeric-owner \
-		--mtime=@0 -cf - "${files[@]}" | gzip -n -9 >"$dist/$archive"
+		--mtime=@0 -cf - kubectl-vm LICENSE | gzip -n -9 >"$dist/$archive"
 	sum=$(sha256sum "$dist/$archive" | cut -d' ' -f1)
 	manifest=${manifest//"\${SHA256_${os}_${arch}}"/$sum}
 	echo "$dist/$archive $sum"

@@ -52,6 +52,7 @@ type krewManifest struct {
 			URI    string
 			Sha256 string
 			Bin    string
+			Files  []struct{ From, To string }
 		}
 	}
 }
@@ -85,6 +86,8 @@ func TestKrewInstall(t *testing.T) {
 		sum := sha256.Sum256(b)
 		require.Equal(t, hex.EncodeToString(sum[:]), p.Sha256, archive)
 		require.Equal(t, "kubectl-vm", p.Bin)
+		// krew-index asks every plugin to install its license.
+		require.Contains(t, p.Files, struct{ From, To string }{"LICENSE", "."}, archive)
 	}
 	require.Equal(t, []string{runtime.GOOS + "_" + runtime.GOARCH}, platforms)
 
@@ -95,6 +98,7 @@ func TestKrewInstall(t *testing.T) {
 		"--archive="+filepath.Join(dist, "kubectl-vm_"+runtime.GOOS+"_"+runtime.GOARCH+".tar.gz"))
 	require.Zero(t, r.code, "%s\n%s", r.stdout, r.stderr)
 	require.Contains(t, r.stderr, "Installed plugin: vm")
+	require.FileExists(t, filepath.Join(krewRoot, "store", "vm", testVersion, "LICENSE"))
 
 	installed := filepath.Join(krewRoot, "bin", "kubectl-vm")
 	r = runCmd(t, "", t.TempDir(), installed, "version", "--client")

@@ -34,7 +34,8 @@ func TestDebianServer(t *testing.T) {
 	const ns, vm = "server", "deb"
 	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
 	createNamespace(t, ns)
-	// What README tells an administrator to run for a VM user.
+	// What docs/operator.md (Rights for VM users) tells an administrator
+	// to run for a VM user.
 	kubectl(t, "", "create", "serviceaccount", "-n", ns, "alice")
 	kubectl(t, "", "create", "rolebinding", "alice", "-n", ns, "--clusterrole", install.UserClusterRole, "--serviceaccount", ns+":alice")
 	as := "system:serviceaccount:" + ns + ":alice"

@@ -19,9 +19,10 @@ import (
 	"github.com/vmop/vmop/test/harness/testnode"
 )
 
-// TestExamples follows the README's "A single node with local disks" as a
-// new user would: the storage of examples/single-node, the operator, and
-// VM-Operator's local-path example VM, until it runs.
+// TestExamples follows "A single node with local disks" of
+// docs/user-guide/disks.md as a new user would: the storage of
+// examples/single-node, the operator, and VM-Operator's local-path example
+// VM, until it runs.
 func TestExamples(t *testing.T) {
 	const ns, vm = "vmop-demo", "test-vm"
 	root, err := testcluster.ModuleRoot()
@@ -31,7 +32,7 @@ func TestExamples(t *testing.T) {
 		require.NoError(t, err)
 		return string(b)
 	}
-	// What the README has the user do by hand: a loop device for the
+	// What that page has the user do by hand: a loop device for the
 	// disk, two directories, the node's name.
 	dev, err := node.LoopDevice(testnode.Volume{Name: "test-vm-system", Size: resource.MustParse("40Gi")})
 	require.NoError(t, err)
@@ -51,7 +52,7 @@ func TestExamples(t *testing.T) {
 
 	// The example asks for 4 CPUs: its pod requests 2, which a node with 2
 	// cores and the operator on it cannot give. The status says so, and
-	// the README's way out (spec.resources, then a restart) works.
+	// that page's way out (spec.resources, then a restart) works.
 	var unschedulable bool
 	eventually.Within(t, 3*time.Minute, func() string {
 		for _, c := range vmStatus(t, ns, vm).Conditions {

@@ -76,7 +76,7 @@ func TestGitOpsJourney(t *testing.T) {
 }
 
 // grantRunner gives the runner pods of namespace ns an identity, as
-// README says for GitOps mode: the ServiceAccount vm-runner (kubectl vm
+// docs/runner.md says for GitOps mode: the ServiceAccount vm-runner (kubectl vm
 // render --service-account vm-runner) bound to the ClusterRole vm-runner,
 // which the journey makes when no kubectl vm install did.
 func grantRunner(t testing.TB, ns string) {

@@ -169,7 +169,7 @@ func TestGuestPorts(t *testing.T) {
 		require.Contains(t, errOut, "error: echo: guest port 8: the connection was closed before the guest sent anything")
 	})
 
-	t.Run("the rights README names", func(t *testing.T) {
+	t.Run("the rights docs/operator.md names", func(t *testing.T) {
 		// get on the VM (virtualmachines, or its StatefulSet in GitOps
 		// mode) and its pod, get and create on pods/exec: nothing more.
 		rules := []rbacv1.PolicyRule{

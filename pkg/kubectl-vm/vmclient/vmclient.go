@@ -1,8 +1,8 @@
 // Package vmclient finds a VM in a cluster and changes it, in either mode
-// of DESIGN.md: with the operator, a VM is a VirtualMachine and commands
-// patch it; without (GitOps mode), a VM is only the StatefulSet and
-// ConfigMap that kubectl vm render made, and commands change those, which
-// the next sync from Git undoes. The plugin's cluster commands share it.
+// (docs/user-guide/vms.md): with the operator, a VM is a VirtualMachine
+// and commands patch it; without (GitOps mode), a VM is only the
+// StatefulSet and ConfigMap that kubectl vm render made, and commands
+// change those, which the next sync from Git undoes. The plugin's cluster commands share it.
 package vmclient
 
 import (

@@ -1,5 +1,6 @@
-// Package vmtest is a test cluster holding VMs in both modes of DESIGN.md,
-// for the tests of the plugin's read commands and of pkg/kubectl-vm/vmclient.
+// Package vmtest is a test cluster holding VMs in both modes
+// (docs/user-guide/vms.md), for the tests of the plugin's read commands
+// and of pkg/kubectl-vm/vmclient.
 //
 // No operator runs: the VMs' objects and status are written as vm-operator,
 // vm-runner and a GitOps tool would write them, so that outputs are fixed.
