@@ -85,7 +85,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/runnerconfig
 	$(GO) test -run '^$$' -fuzz FuzzDefault -fuzztime $(FUZZTIME) ./pkg/cloudinit
 	$(GO) test -run '^$$' -fuzz FuzzAgentOutput -fuzztime $(FUZZTIME) ./pkg/vm-runner/guestagent
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/vm-runner/dhcp
+	$(GO) test -run '^$$' -fuzz FuzzHandle -fuzztime $(FUZZTIME) ./pkg/vm-runner/dhcp
 	$(GO) test -run '^$$' -fuzz FuzzParseChecksum -fuzztime $(FUZZTIME) ./pkg/vm-runner/diskimport
 
 ## The krew release of VERSION (a tag such as v0.1.0): the plugin's

@@ -1,7 +1,8 @@
 // Package dhcp is a DHCPv4 server (RFC 2131, RFC 2132) for one client:
 // vm-runner runs it on a VM's tap device so that the guest's own DHCP
 // client configures the address, router and DNS the pod gives the VM,
-// with no image-specific network configuration.
+// with no image-specific network configuration. The messages, the
+// guest's and the replies, are github.com/insomniacslk/dhcp's dhcpv4.
 package dhcp
 
 import (
@@ -16,12 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/insomniacslk/dhcp/dhcpv4"
 	"golang.org/x/sys/unix"
-)
-
-const (
-	serverPort = 67
-	clientPort = 68
 )
 
 // Lease is what the one guest gets.
@@ -42,7 +39,6 @@ type Server struct {
 	s     *server
 	conn  *net.UDPConn
 	iface string
-	lease Lease
 }
 
 // Listen checks lease and opens port 67 on iface, so that a caller learns
@@ -56,19 +52,21 @@ func Listen(ctx context.Context, iface string, lease Lease) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{s: s, conn: conn, iface: iface, lease: lease}, nil
+	return &Server{s: s, conn: conn, iface: iface}, nil
 }
 
 // Serve answers DHCPDISCOVER with OFFER and DHCPREQUEST with ACK (NAK for
 // a request of another address) for the lease's MAC until ctx ends, then
-// closes the server and returns nil.
+// closes the server and returns nil. It answers one message at a time,
+// unlike server4.Server, which starts a goroutine for each datagram: a
+// guest flooding the tap queued thousands of them, for fewer answers.
 func (srv *Server) Serve(ctx context.Context, log *slog.Logger) error {
-	s, conn, iface, lease := srv.s, srv.conn, srv.iface, srv.lease
+	conn, lease := srv.conn, srv.s.lease
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
-	log = log.With("interface", iface, "mac", lease.MAC.String())
+	log = log.With("interface", srv.iface, "mac", lease.MAC.String())
 	log.Info("Serving DHCP", "addr", lease.Addr, "router", lease.Router)
 	buf := make([]byte, 1<<16)
 	for {
@@ -77,36 +75,22 @@ func (srv *Server) Serve(ctx context.Context, log *slog.Logger) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("dhcp: %s: %w", iface, err)
+			return fmt.Errorf("dhcp: %s: %w", srv.iface, err)
 		}
-		req, err := Parse(buf[:n])
+		req, err := dhcpv4.FromBytes(buf[:n])
 		if err != nil {
 			log.Debug("Ignoring a packet that is no DHCP message", "from", from, "error", err)
 			continue
 		}
-		reply := s.handle(req, log)
-		if reply == nil {
-			continue
-		}
-		b, err := reply.Marshal()
-		if err != nil {
-			log.Error("Cannot encode reply", "type", reply.Type(), "error", err)
-			continue
-		}
-		to := replyAddr(req, reply)
-		if _, err := conn.WriteToUDPAddrPort(b, to); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			log.Warn("Cannot send reply", "type", reply.Type(), "to", to, "error", err)
-			continue
-		}
-		log.Debug("Sent reply", "type", reply.Type(), "to", to)
+		srv.s.answer(ctx, conn, req, log)
 	}
 }
 
 // listen opens port 67 on iface alone, so that servers on other
-// interfaces, or in other network namespaces, can do the same.
+// interfaces, or in other network namespaces, can do the same. It is not
+// server4.NewIPv4UDPConn, which also sets SO_REUSEPORT (another process
+// of the pod's user could then take the guest's requests) and drops the
+// errno that tells of a missing privilege.
 func listen(ctx context.Context, iface string) (*net.UDPConn, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var err error
@@ -127,7 +111,7 @@ func listen(ctx context.Context, iface string) (*net.UDPConn, error) {
 		}
 		return err
 	}}
-	conn, err := lc.ListenPacket(ctx, "udp4", fmt.Sprintf("0.0.0.0:%d", serverPort))
+	conn, err := lc.ListenPacket(ctx, "udp4", fmt.Sprintf("0.0.0.0:%d", dhcpv4.ServerPort))
 	if err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 			return nil, fmt.Errorf("dhcp: %s: %w (needs CAP_NET_BIND_SERVICE and CAP_NET_RAW)", iface, err)
@@ -141,17 +125,19 @@ func listen(ctx context.Context, iface string) (*net.UDPConn, error) {
 // has its address, there; otherwise broadcast, as the client cannot
 // receive unicast yet and a UDP socket cannot fill the ARP cache for it.
 // A NAK is always broadcast.
-func replyAddr(req, reply *Message) netip.AddrPort {
-	if reply.Type() != Nak && req.CIAddr.IsValid() && !req.CIAddr.IsUnspecified() {
-		return netip.AddrPortFrom(req.CIAddr, clientPort)
+func replyAddr(req, reply *dhcpv4.DHCPv4) netip.AddrPort {
+	if ciaddr, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok && !ciaddr.IsUnspecified() &&
+		reply.MessageType() != dhcpv4.MessageTypeNak {
+		return netip.AddrPortFrom(ciaddr, dhcpv4.ClientPort)
 	}
-	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{255, 255, 255, 255}), clientPort)
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{255, 255, 255, 255}), dhcpv4.ClientPort)
 }
 
 // server answers the one client its lease.
 type server struct {
 	lease                 Lease
-	leaseOpts, configOpts Options
+	addr, router          net.IP
+	leaseOpts, configOpts dhcpv4.Options
 }
 
 func newServer(lease Lease) (*server, error) {
@@ -159,54 +145,67 @@ func newServer(lease Lease) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &server{lease: lease, leaseOpts: leaseOpts, configOpts: configOpts}, nil
+	return &server{
+		lease: lease, addr: lease.Addr.Addr().AsSlice(), router: lease.Router.AsSlice(),
+		leaseOpts: leaseOpts, configOpts: configOpts,
+	}, nil
+}
+
+// answer sends req's reply, if any, on conn.
+func (s *server) answer(ctx context.Context, conn *net.UDPConn, req *dhcpv4.DHCPv4, log *slog.Logger) {
+	reply := s.handle(req, log)
+	if reply == nil {
+		return
+	}
+	t, to := reply.MessageType(), replyAddr(req, reply)
+	if _, err := conn.WriteToUDPAddrPort(reply.ToBytes(), to); err != nil {
+		if ctx.Err() == nil {
+			log.Warn("Cannot send reply", "type", t, "to", to, "error", err)
+		}
+		return
+	}
+	log.Debug("Sent reply", "type", t, "to", to)
 }
 
 // handle is the reply to req, nil for none.
-func (s *server) handle(req *Message, log *slog.Logger) *Message {
-	t := req.Type()
+func (s *server) handle(req *dhcpv4.DHCPv4, log *slog.Logger) *dhcpv4.DHCPv4 {
+	t := req.MessageType()
 	switch {
-	case req.Op != BootRequest:
-		log.Debug("Ignoring a message that is no request", "op", req.Op, "type", t)
+	case req.OpCode != dhcpv4.OpcodeBootRequest:
+		log.Debug("Ignoring a message that is no request", "op", req.OpCode, "type", t)
 		return nil
-	case !bytes.Equal(req.CHAddr, s.lease.MAC):
-		log.Debug("Ignoring another client", "client", req.CHAddr.String(), "type", t)
+	case !bytes.Equal(req.ClientHWAddr, s.lease.MAC):
+		log.Debug("Ignoring another client", "client", req.ClientHWAddr.String(), "type", t)
 		return nil
 	}
-	addr := s.lease.Addr.Addr()
 	switch t {
-	case Discover:
+	case dhcpv4.MessageTypeDiscover:
 		log.Info("Offering lease", "addr", s.lease.Addr)
-		return s.reply(req, Offer, addr, s.leaseOpts)
-	case Request:
-		if id, ok := req.addrOption(optServerID); ok && id != s.lease.Router {
+		return s.reply(req, log, dhcpv4.MessageTypeOffer, s.addr, s.leaseOpts)
+	case dhcpv4.MessageTypeRequest:
+		if id := req.ServerIdentifier(); id != nil && !id.Equal(s.router) {
 			log.Info("Guest chose another DHCP server", "server", id)
 			return nil
 		}
-		want, ok := req.addrOption(optRequestedIP)
-		if !ok {
-			want = req.CIAddr // renewing or rebinding
+		want := req.RequestedIPAddress()
+		if want == nil {
+			want = req.ClientIPAddr // renewing or rebinding
 		}
-		if want != addr {
-			log.Info("Refusing a request for another address", "requested", want, "addr", addr)
-			nak := s.reply(req, Nak, netip.Addr{}, nil)
-			nak.Options[optMessage] = fmt.Appendf(nil, "address is %v", addr)
-			return nak
+		if !want.Equal(s.addr) {
+			log.Info("Refusing a request for another address", "requested", want, "addr", s.addr)
+			return s.reply(req, log, dhcpv4.MessageTypeNak, nil, nil,
+				dhcpv4.WithOption(dhcpv4.OptMessage(fmt.Sprintf("address is %v", s.addr))))
 		}
 		log.Info("Acknowledging lease", "addr", s.lease.Addr, "duration", s.lease.Duration)
-		ack := s.reply(req, Ack, addr, s.leaseOpts)
-		ack.CIAddr = req.CIAddr
-		return ack
-	case Inform:
-		log.Info("Answering DHCPINFORM", "client", req.CIAddr)
-		ack := s.reply(req, Ack, netip.Addr{}, s.configOpts)
-		ack.CIAddr = req.CIAddr
-		return ack
-	case Release:
-		log.Info("Guest released its lease", "addr", req.CIAddr)
+		return s.reply(req, log, dhcpv4.MessageTypeAck, s.addr, s.leaseOpts, dhcpv4.WithClientIP(req.ClientIPAddr))
+	case dhcpv4.MessageTypeInform:
+		log.Info("Answering DHCPINFORM", "client", req.ClientIPAddr)
+		return s.reply(req, log, dhcpv4.MessageTypeAck, nil, s.configOpts, dhcpv4.WithClientIP(req.ClientIPAddr))
+	case dhcpv4.MessageTypeRelease:
+		log.Info("Guest released its lease", "addr", req.ClientIPAddr)
 		return nil
-	case Decline:
-		log.Warn("Guest declined its address: another host on the link uses it", "addr", addr)
+	case dhcpv4.MessageTypeDecline:
+		log.Warn("Guest declined its address: another host on the link uses it", "addr", s.addr)
 		return nil
 	default:
 		log.Debug("Ignoring message", "type", t)
@@ -214,25 +213,17 @@ func (s *server) handle(req *Message, log *slog.Logger) *Message {
 	}
 }
 
-// reply is a reply of type t to req, with the server identifier, the
-// client identifier echoed (RFC 6842) and opts.
-func (s *server) reply(req *Message, t MessageType, yiaddr netip.Addr, opts Options) *Message {
-	m := &Message{
-		Op:     BootReply,
-		HType:  req.HType,
-		XID:    req.XID,
-		Flags:  req.Flags,
-		YIAddr: yiaddr,
-		GIAddr: req.GIAddr,
-		CHAddr: req.CHAddr,
-		Options: Options{
-			optMessageType: {byte(t)},
-			optServerID:    s.lease.Router.AsSlice(),
-		},
+// reply is a reply of type t to req with the server identifier, opts and
+// what dhcpv4 copies from a request (the client identifier, RFC 6842).
+func (s *server) reply(req *dhcpv4.DHCPv4, log *slog.Logger, t dhcpv4.MessageType, yiaddr net.IP, opts dhcpv4.Options, more ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	m, err := dhcpv4.NewReplyFromRequest(req, append(more,
+		dhcpv4.WithMessageType(t),
+		dhcpv4.WithYourIP(yiaddr),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(s.router)))...)
+	if err != nil { // it draws a transaction ID, which WithReply then replaces
+		log.Error("Cannot build reply", "type", t, "error", err)
+		return nil
 	}
 	maps.Copy(m.Options, opts)
-	if id, ok := req.Options[optClientID]; ok {
-		m.Options[optClientID] = id
-	}
 	return m
 }

@@ -1,46 +1,25 @@
 package dhcp
 
 import (
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"math"
 	"net"
-	"net/netip"
 	"strings"
 	"time"
-)
 
-// Option codes (RFC 2132, RFC 3397, RFC 6842) this server reads or writes.
-const (
-	optPad         = 0
-	optSubnetMask  = 1
-	optRouter      = 3
-	optDNS         = 6
-	optHostname    = 12
-	optDomain      = 15
-	optMTU         = 26
-	optRequestedIP = 50
-	optLeaseTime   = 51
-	optOverload    = 52
-	optMessageType = 53
-	optServerID    = 54
-	optMessage     = 56
-	optRenewalT1   = 58
-	optRebindingT2 = 59
-	optClientID    = 61
-	optSearch      = 119
-	optEnd         = 255
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/rfc1035label"
 )
 
 // leaseOptions are the options of an OFFER and an ACK to a REQUEST.
 // configOptions are those of any ACK, also the one to an INFORM, which
 // must not carry lease times (RFC 2131 section 4.3.5).
-func (l Lease) options() (leaseOptions, configOptions Options, err error) {
+func (l Lease) options() (leaseOptions, configOptions dhcpv4.Options, err error) {
 	mac := l.MAC.String()
 	switch {
-	case len(l.MAC) == 0 || len(l.MAC) > chaddrLen:
-		return nil, nil, fmt.Errorf("dhcp: lease: MAC %q is not 1 to %d bytes", mac, chaddrLen)
+	case len(l.MAC) == 0 || len(l.MAC) > dhcpv4.MaxHWAddrLen:
+		return nil, nil, fmt.Errorf("dhcp: lease: MAC %q is not 1 to %d bytes", mac, dhcpv4.MaxHWAddrLen)
 	case !l.Addr.IsValid() || !l.Addr.Addr().Is4() || l.Addr.Bits() == 0:
 		return nil, nil, fmt.Errorf("dhcp: lease for %s: address %v is not an IPv4 prefix", mac, l.Addr)
 	case !l.Router.Is4():
@@ -53,58 +32,57 @@ func (l Lease) options() (leaseOptions, configOptions Options, err error) {
 		// 0xffffffff seconds would mean forever.
 		return nil, nil, fmt.Errorf("dhcp: lease for %s: duration %v is not 1s to %ds", mac, l.Duration, uint32(math.MaxUint32-1))
 	}
-	for _, a := range l.DNS {
+	dns := make([]net.IP, len(l.DNS))
+	for i, a := range l.DNS {
 		if !a.Is4() {
 			return nil, nil, fmt.Errorf("dhcp: lease for %s: DNS server %v is not an IPv4 address", mac, a)
 		}
+		dns[i] = a.AsSlice()
 	}
-	configOptions = Options{
-		optSubnetMask: net.CIDRMask(l.Addr.Bits(), 32),
-		optRouter:     encodeAddrs([]netip.Addr{l.Router}),
-	}
-	if len(l.DNS) > 0 {
-		configOptions[optDNS] = encodeAddrs(l.DNS)
+	configOptions = dhcpv4.OptionsFromList(
+		dhcpv4.OptSubnetMask(net.CIDRMask(l.Addr.Bits(), 32)),
+		dhcpv4.OptRouter(l.Router.AsSlice()),
+	)
+	if len(dns) > 0 {
+		configOptions.Update(dhcpv4.OptDNS(dns...))
 	}
 	for _, f := range []struct {
-		code        uint8
+		opt         func(string) dhcpv4.Option
 		field, name string
-	}{{optDomain, "domain", l.Domain}, {optHostname, "hostname", l.Hostname}} {
+	}{{dhcpv4.OptDomainName, "domain", l.Domain}, {dhcpv4.OptHostName, "hostname", l.Hostname}} {
 		if f.name == "" {
 			continue
 		}
 		if err := checkName(f.name); err != nil {
 			return nil, nil, fmt.Errorf("dhcp: lease for %s: %s: %w", mac, f.field, err)
 		}
-		configOptions[f.code] = []byte(f.name)
+		configOptions.Update(f.opt(f.name))
 	}
 	if len(l.Search) > 0 {
-		search, err := encodeSearch(l.Search)
-		if err != nil {
-			return nil, nil, fmt.Errorf("dhcp: lease for %s: search: %w", mac, err)
+		search := &rfc1035label.Labels{}
+		for _, name := range l.Search {
+			if err := checkName(name); err != nil {
+				return nil, nil, fmt.Errorf("dhcp: lease for %s: search: %w", mac, err)
+			}
+			// rfc1035label would encode the root's empty label twice.
+			search.Labels = append(search.Labels, strings.TrimSuffix(name, "."))
 		}
-		configOptions[optSearch] = search
+		configOptions.Update(dhcpv4.OptDomainSearch(search))
 	}
 	if l.MTU > 0 {
-		configOptions[optMTU] = binary.BigEndian.AppendUint16(nil, uint16(l.MTU))
+		configOptions.Update(dhcpv4.Option{Code: dhcpv4.OptionInterfaceMTU, Value: dhcpv4.Uint16(l.MTU)})
 	}
 
-	// T1 and T2 at 0.5 and 0.875 of the lease (RFC 2131 section 4.4.5).
-	secs := uint32(l.Duration / time.Second)
-	leaseOptions = Options{
-		optLeaseTime:   binary.BigEndian.AppendUint32(nil, secs),
-		optRenewalT1:   binary.BigEndian.AppendUint32(nil, secs/2),
-		optRebindingT2: binary.BigEndian.AppendUint32(nil, uint32(uint64(secs)*7/8)),
-	}
+	// T1 and T2 at 0.5 and 0.875 of the lease (RFC 2131 section 4.4.5),
+	// in whole seconds as on the wire.
+	secs := l.Duration / time.Second
+	leaseOptions = dhcpv4.OptionsFromList(
+		dhcpv4.OptIPAddressLeaseTime(secs*time.Second),
+		dhcpv4.OptRenewTimeValue(secs/2*time.Second),
+		dhcpv4.OptRebindingTimeValue(secs*7/8*time.Second),
+	)
 	maps.Copy(leaseOptions, configOptions)
 	return leaseOptions, configOptions, nil
-}
-
-func encodeAddrs(addrs []netip.Addr) []byte {
-	b := make([]byte, 0, 4*len(addrs))
-	for _, a := range addrs {
-		b = append(b, a.AsSlice()...)
-	}
-	return b
 }
 
 // checkName accepts a host or domain name: labels of 1 to 63 letters,
@@ -126,36 +104,4 @@ func checkName(name string) error {
 		}
 	}
 	return nil
-}
-
-// encodeSearch is option 119's value (RFC 3397): the names as DNS labels,
-// a repeated suffix as a pointer to its first occurrence (RFC 1035 section
-// 4.1.4), which keeps most lists within one option instance.
-func encodeSearch(names []string) ([]byte, error) {
-	var b []byte
-	offsets := map[string]int{} // suffix -> where it was written
-	for _, name := range names {
-		if err := checkName(name); err != nil {
-			return nil, err
-		}
-		labels := strings.Split(strings.TrimSuffix(name, "."), ".")
-		pointer := false
-		for i := range labels {
-			suffix := strings.Join(labels[i:], ".")
-			if off, ok := offsets[suffix]; ok {
-				b = binary.BigEndian.AppendUint16(b, 0xc000|uint16(off))
-				pointer = true
-				break
-			}
-			if len(b) < 0x4000 { // what a pointer's 14 bits reach
-				offsets[suffix] = len(b)
-			}
-			b = append(b, uint8(len(labels[i])))
-			b = append(b, labels[i]...)
-		}
-		if !pointer {
-			b = append(b, 0)
-		}
-	}
-	return b, nil
 }

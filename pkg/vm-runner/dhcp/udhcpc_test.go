@@ -115,7 +115,7 @@ func TestUdhcpcOtherMACGetsNothing(t *testing.T) {
 	require.Error(t, c.wait(), "udhcpc got a lease for another MAC: %s", c.output)
 	require.NoFileExists(t, filepath.Join(c.dir, "bound"))
 	// The server did see the client, and ignored it.
-	require.Contains(t, logs.String(), `msg="Ignoring another client" interface=`+l.host+` mac=02:00:5e:00:02:01 client=02:00:5e:00:02:02 type=DHCPDISCOVER`)
+	require.Contains(t, logs.String(), `msg="Ignoring another client" interface=`+l.host+` mac=02:00:5e:00:02:01 client=02:00:5e:00:02:02 type=DISCOVER`)
 }
 
 func requireTools(t *testing.T) {
