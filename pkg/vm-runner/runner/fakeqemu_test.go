@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -89,11 +88,36 @@ func newFakeQemu(t testing.TB, maxCPUs, cpus int, ram int64, cds int) *fakeQemu 
 		q.drives[CDROMID(i)] = &fakeDrive{}
 	}
 	var err error
-	q.proc, err = startProcess("qemu", os.Args[0], []string{fakeQemuArg}, io.Discard)
+	out := &firstWrite{done: make(chan struct{})}
+	q.proc, err = startProcess("qemu", os.Args[0], []string{fakeQemuArg}, out)
 	require.NoError(t, err)
 	t.Cleanup(q.proc.kill)
+	select { // its line says that it handles SIGTERM
+	case <-out.done:
+	case <-time.After(waitTimeout):
+		t.Fatalf("qemu's stand-in did not start within %s", waitTimeout)
+	}
 	q.srv = qmptest.NewServer(t, q.handle)
+	go func() { // qemu's end ends its monitor's connection
+		<-q.proc.done
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if c := q.srv.Conn(); c != nil {
+			c.Close()
+		}
+	}()
 	return q
+}
+
+// firstWrite closes done at the first write.
+type firstWrite struct {
+	once sync.Once
+	done chan struct{}
+}
+
+func (w *firstWrite) Write(b []byte) (int, error) {
+	w.once.Do(func() { close(w.done) })
+	return len(b), nil
 }
 
 func intp(i int) *int { return &i }
@@ -325,6 +349,18 @@ func (q *fakeQemu) powerOff() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.exit(q.srv.Conn(), true)
+}
+
+// powerOffSlowSocket shuts the guest down with the SHUTDOWN event
+// arriving after the process has exited, which a busy machine can do.
+func (q *fakeQemu) powerOffSlowSocket() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	require.NoError(q.t, syscall.Kill(q.proc.cmd.Process.Pid, syscall.SIGTERM))
+	<-q.proc.done
+	c := q.srv.Conn()
+	c.Event(qmp.EventShutdown, qmp.ShutdownData{Guest: true, Reason: "guest-shutdown"})
+	c.Close()
 }
 
 // recorder keeps what the runner reports, and lets a test wait for it.
