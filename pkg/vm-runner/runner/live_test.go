@@ -188,3 +188,24 @@ func TestLiveReset(t *testing.T) {
 	v.reload(c)
 	require.Equal(t, []string{"system_reset", "system_powerdown"}, v.q.commands(n))
 }
+
+// A change while CPUs are still being unplugged: the slots they free
+// take the CPUs that the new count needs.
+func TestLiveCPUsChangedDuringUnplug(t *testing.T) {
+	c := baseConfig(t.TempDir())
+	c.VM.CurrentCPUs = 4
+	v := newTestVM(t, c)
+	v.run()
+	c.VM.CurrentCPUs = 1
+	v.reload(c)
+	c.VM.CurrentCPUs = 2
+	v.reload(c)
+	require.Equal(t, 4, v.q.plugged(), "no free slot until the guest ejects")
+
+	n := len(v.q.commands(0))
+	v.q.ejectCPUs()
+	v.rec.waitStatus(t, "2 CPUs", func(s Status) bool { return s.CPUs == 2 })
+	require.Equal(t, 2, v.q.plugged())
+	require.Contains(t, v.q.commands(n),
+		`device_add {"driver":"max-x86_64-cpu","id":"cpu-s0001-dx-c0000-t0000","socket-id":1,"core-id":0,"thread-id":0}`)
+}
