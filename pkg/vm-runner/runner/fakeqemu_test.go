@@ -24,9 +24,9 @@ import (
 )
 
 // The unit tests of the runner's logic run it against fakeQemu: a
-// qmptest server that answers like qemu 7.2 (as the tests against a real
-// qemu check), reached through the real qmp.Monitor, and a child process
-// that stands for qemu's.
+// qmptest server whose answers and events follow qemu 7.2's, reached
+// through the real qmp.Monitor, and a child process that stands for
+// qemu's.
 
 // fakeQemuArg makes the test binary the stand-in for qemu's process: it
 // writes a line, as qemu writes its last words, and exits 0 on SIGTERM,
@@ -414,7 +414,7 @@ func (r *recorder) wait(t testing.TB, what string, ok func() bool) {
 		select {
 		case <-changed:
 		case <-timeout:
-			t.Fatalf("no %s within %s; events: %q", what, waitTimeout, r.reasons())
+			t.Fatalf("no %s within %s; events: %+v", what, waitTimeout, r.eventsOf(""))
 		}
 	}
 }
@@ -459,25 +459,17 @@ func (r *recorder) reports() int {
 	return len(r.statuses)
 }
 
-func (r *recorder) reasons() []string {
+// eventsOf are the events with reason so far; all of them for "".
+func (r *recorder) eventsOf(reason string) []Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []string
+	var out []Event
 	for _, e := range r.events {
-		out = append(out, e.Reason)
-	}
-	return out
-}
-
-// count is the number of events with reason.
-func (r *recorder) count(reason string) int {
-	n := 0
-	for _, got := range r.reasons() {
-		if got == reason {
-			n++
+		if reason == "" || e.Reason == reason {
+			out = append(out, e)
 		}
 	}
-	return n
+	return out
 }
 
 func (r *recorder) last() Status {

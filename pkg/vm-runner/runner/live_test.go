@@ -27,7 +27,7 @@ func TestAttachAppliesCurrentValues(t *testing.T) {
 	require.Equal(t, 2, s.CPUs)
 	require.False(t, s.Running)
 	require.Empty(t, s.CDProblems)
-	require.Empty(t, v.rec.reasons(), "no events before the guest runs")
+	require.Empty(t, v.rec.eventsOf(""), "no events before the guest runs")
 }
 
 func TestLiveCPUs(t *testing.T) {
@@ -80,7 +80,7 @@ func TestLiveRAM(t *testing.T) {
 	require.Equal(t, []string{`balloon {"value":536870912}`}, v.q.commands(n))
 	// The status follows the guest's balloon driver, not the target.
 	require.Equal(t, int64(1<<30), v.rec.last().RAM)
-	require.Zero(t, v.rec.count(ReasonRAMChanged))
+	require.Empty(t, v.rec.eventsOf(ReasonRAMChanged))
 	v.q.inflate()
 	v.rec.waitStatus(t, "512 MiB", func(s Status) bool { return s.RAM == 512<<20 })
 	require.Equal(t, "The guest's RAM is 512 MiB (balloon)", v.rec.waitEvent(t, ReasonRAMChanged, 1).Message)

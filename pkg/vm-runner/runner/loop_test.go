@@ -56,8 +56,8 @@ func TestShutdownForcedAfterPowerdownTimeout(t *testing.T) {
 	require.Equal(t, "The guest did not shut down within powerdownTimeout (1s): qemu is stopped hard", forced.Message)
 	require.Equal(t, runnerconfig.ExitForced, exitCode(t, v.result()))
 	require.Equal(t, []string{"system_powerdown", "quit"}, v.q.commands(n))
-	require.Zero(t, v.rec.count(ReasonQemuExited), "ShutdownForced told of it")
-	require.Zero(t, v.rec.count(ReasonShutdownCompleted))
+	require.Empty(t, v.rec.eventsOf(ReasonQemuExited), "ShutdownForced told of it")
+	require.Empty(t, v.rec.eventsOf(ReasonShutdownCompleted))
 }
 
 // A powerdownTimeout changed during the stop counts from the stop's
