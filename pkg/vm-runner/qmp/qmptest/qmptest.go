@@ -63,9 +63,7 @@ func (c Command) String() string {
 		return c.Execute
 	}
 	var b bytes.Buffer
-	if json.Compact(&b, c.Args) != nil {
-		return c.Execute + " " + string(c.Args)
-	}
+	_ = json.Compact(&b, c.Args) // valid JSON: the Server decoded it
 	return c.Execute + " " + b.String()
 }
 
