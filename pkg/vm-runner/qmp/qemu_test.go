@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/pkg/vm-runner/qmp/qmptest"
 )
 
 const qemuBinary = "qemu-system-x86_64"
@@ -50,7 +52,7 @@ func startQEMU(t testing.TB, o qemuOpts) *testQEMU {
 	if o.maxCPUs == 0 {
 		o.maxCPUs = 4
 	}
-	q := &testQEMU{dir: shortTempDir(t), spicePort: freePort(t)}
+	q := &testQEMU{dir: qmptest.TempDir(t), spicePort: freePort(t)}
 	q.sock = filepath.Join(q.dir, "qmp.sock")
 	q.log = filepath.Join(q.dir, "qemu.log")
 	args := []string{"-S", "-nodefaults", "-display", "none",
@@ -435,7 +437,7 @@ func (c *rawQMP) run(t *testing.T, cmd string, args any) (class, desc string) {
 // TestQEMUErrorClasses checks the class recovered from go-qemu's bare
 // description against the class qemu sends, on a machine without a balloon.
 func TestQEMUErrorClasses(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := qmptest.TempDir(t)
 	rawSock := filepath.Join(dir, "raw.sock")
 	q := startQEMU(t, qemuOpts{noBalloon: true, extra: []string{"-qmp", "unix:" + rawSock + ",server=on,wait=off"}})
 	m := q.dial(t)

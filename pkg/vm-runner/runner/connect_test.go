@@ -35,7 +35,7 @@ type connection struct {
 
 func (v *vm) connect(t *testing.T, port int) *connection {
 	t.Helper()
-	c := &connection{cmd: exec.Command(vmRunner, "connect", "--port", fmt.Sprint(port), "-c", v.config)}
+	c := &connection{cmd: exec.Command(vmRunner(t), "connect", "--port", fmt.Sprint(port), "-c", v.config)}
 	var err error
 	c.stdin, err = c.cmd.StdinPipe()
 	require.NoError(t, err)
@@ -132,7 +132,7 @@ func TestConnect(t *testing.T) {
 	t.Run("many bytes and a half-closed stdin", func(t *testing.T) {
 		data := make([]byte, 1<<20)
 		_, _ = rand.Read(data)
-		cmd := exec.Command(vmRunner, "connect", "--port", fmt.Sprint(testguest.EchoPort), "-c", v.config)
+		cmd := exec.Command(vmRunner(t), "connect", "--port", fmt.Sprint(testguest.EchoPort), "-c", v.config)
 		cmd.Stdin = bytes.NewReader(data)
 		var out, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -158,7 +158,7 @@ func TestConnect(t *testing.T) {
 
 	t.Run("bad port", func(t *testing.T) {
 		for _, port := range []string{"0", "65536", "-1"} {
-			out, err := exec.Command(vmRunner, "connect", "--port", port, "-c", v.config).CombinedOutput()
+			out, err := exec.Command(vmRunner(t), "connect", "--port", port, "-c", v.config).CombinedOutput()
 			require.Error(t, err)
 			require.Equal(t, "vm-runner connect: --port "+port+": must be a number from 1 to 65535\n", string(out))
 		}
@@ -169,14 +169,14 @@ func TestConnect(t *testing.T) {
 // at the address its agent reports; without one, the user is told.
 func TestConnectWithoutNetwork(t *testing.T) {
 	v := newGuestVM(t, guestVM)
-	out, err := exec.Command(vmRunner, "connect", "--port", "22", "-c", v.config).CombinedOutput()
+	out, err := exec.Command(vmRunner(t), "connect", "--port", "22", "-c", v.config).CombinedOutput()
 	require.Error(t, err, "before the VM runs")
 	require.Regexp(t, `^vm-runner connect: no runner answers on \S+/runner.sock \(is the VM running\?\): `, string(out))
 
 	v.boot()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	out, err = exec.CommandContext(ctx, vmRunner, "connect", "--port", "22", "-c", v.config).CombinedOutput()
+	out, err = exec.CommandContext(ctx, vmRunner(t), "connect", "--port", "22", "-c", v.config).CombinedOutput()
 	require.Error(t, err)
 	require.True(t, strings.HasPrefix(string(out), "vm-runner connect: the guest has no user-mode network and its guest agent has reported no address yet"), "%s", out)
 }

@@ -419,7 +419,15 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 			r.report(ctx)
 		}
 	case qmp.EventDeviceDeleted, qmp.EventACPIDeviceOST:
-		if err := l.countCPUs(ctx); err != nil {
+		var err error
+		if ev.Name == qmp.EventDeviceDeleted && !l.stopping {
+			// The freed slot takes a CPU that a change asked for while
+			// all slots were in use.
+			err = l.setCPUs(ctx, l.cpus)
+		} else {
+			err = l.countCPUs(ctx)
+		}
+		if err != nil {
 			r.log.Error("Counting CPUs", "err", err)
 		}
 		r.report(ctx)

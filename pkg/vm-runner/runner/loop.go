@@ -25,26 +25,33 @@ const (
 	// shutdown may take to go down before the runner also presses the ACPI
 	// power button (a Debian guest under TCG: 2-5 s).
 	agentShutdownGrace = 20 * time.Second
+	// lastEventsWait bounds the wait for qemu's last events after its
+	// exit; its socket closes with it, so they come at once.
+	lastEventsWait = time.Second
 	// cdRetry is how often a CD change that waits for the guest's tray
 	// asks again.
 	cdRetry = 2 * time.Second
 )
 
-// loop handles everything while the VM runs: the end of ctx (SIGTERM)
-// starts a clean shutdown, QMP events update the live state and status,
-// and changes of the config directory are applied.
-func (r *Runner) loop(ctx context.Context) error {
+// watchConfig watches the config directory: a ConfigMap volume replaces
+// files by swapping a symlink, so the directory, not the file.
+func (r *Runner) watchConfig() (*fsnotify.Watcher, error) {
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
-		return &ExitError{Code: runnerconfig.ExitFailed, Err: err}
+		return nil, err
 	}
-	defer watcher.Close()
-	// A ConfigMap volume replaces files by swapping a symlink: watch the
-	// directory, not the file.
 	if err := watcher.Add(r.configDir); err != nil {
-		return &ExitError{Code: runnerconfig.ExitFailed, Err: err}
+		watcher.Close()
+		return nil, err
 	}
-	events := r.mon.Events(context.Background())
+	return watcher, nil
+}
+
+// loop handles everything while the VM runs: the end of ctx (SIGTERM)
+// starts a clean shutdown, QMP events (from a subscription of the
+// monitor's) update the live state and status, and changes of the config
+// directory (watcher) are applied.
+func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsnotify.Watcher) error {
 	reload := time.NewTimer(time.Hour)
 	reload.Stop()
 
@@ -97,9 +104,12 @@ func (r *Runner) loop(ctx context.Context) error {
 			r.log.Warn("The guest did not shut down in time: stopping qemu", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
 			r.event(bg, Event{Warning: true, Reason: ReasonShutdownForced, Action: actionStop,
 				Message: fmt.Sprintf("The guest did not shut down within powerdownTimeout (%ds): qemu is stopped hard", *r.config.VM.PowerdownTimeout)})
-			if err := r.mon.Quit(bg); err != nil {
+			// A qemu whose monitor hangs would hold the loop.
+			quitCtx, cancel := context.WithTimeout(bg, quitGrace)
+			if err := r.mon.Quit(quitCtx); err != nil {
 				r.qemu.kill()
 			}
+			cancel()
 			killTimerT = time.NewTimer(quitGrace)
 			killTimer = killTimerT.C
 		case <-killTimer:
@@ -108,17 +118,16 @@ func (r *Runner) loop(ctx context.Context) error {
 			if killTimerT != nil {
 				killTimerT.Stop()
 			}
+			// qemu's last events can still be on their way when its exit is
+			// noticed.
+			guestShutdown = guestShutdownIn(events) || guestShutdown
 			return r.qemuEnded(bg, guestShutdown, forced, stopStarted)
 		case ev, ok := <-events:
 			if !ok {
 				events = nil // the monitor closed; qemu's exit follows
 				continue
 			}
-			if ev.Name == qmp.EventShutdown {
-				if guest, _ := ev.Data["guest"].(bool); guest {
-					guestShutdown = true
-				}
-			}
+			guestShutdown = guestShutdown || isGuestShutdown(ev)
 			r.handleEvent(bg, ev)
 		case we := <-watcher.Events:
 			if r.watched(we.Name) {
@@ -148,6 +157,35 @@ func (r *Runner) loop(ctx context.Context) error {
 			if stopping && stopTimer != nil {
 				armStop() // a new powerdownTimeout counts from the start of the stop
 			}
+		}
+	}
+}
+
+// isGuestShutdown tells whether ev is the guest's shutdown: it ends qemu
+// cleanly.
+func isGuestShutdown(ev qmp.Event) bool {
+	guest, _ := ev.Data["guest"].(bool)
+	return ev.Name == qmp.EventShutdown && guest
+}
+
+// guestShutdownIn reads the events left after qemu exited and tells
+// whether the guest's shutdown is among them. The channel closes when the
+// monitor's connection, which ends with qemu, has delivered them all.
+func guestShutdownIn(events <-chan qmp.Event) bool {
+	if events == nil {
+		return false
+	}
+	found := false
+	timeout := time.After(lastEventsWait)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return found
+			}
+			found = found || isGuestShutdown(ev)
+		case <-timeout:
+			return found
 		}
 	}
 }

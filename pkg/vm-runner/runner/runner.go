@@ -130,9 +130,18 @@ func (r *Runner) UseReporter(rep Reporter) { r.opts.Reporter = rep }
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.cleanup()
 	started := time.Now()
+	// Watched from before the start: a change while qemu starts is applied
+	// once the loop runs.
+	watcher, err := r.watchConfig()
+	if err != nil {
+		return r.startFailed(ctx, &ExitError{Code: runnerconfig.ExitFailed, Err: err})
+	}
+	defer watcher.Close()
 	if err := r.launch(ctx); err != nil {
 		return r.startFailed(ctx, r.startError(err))
 	}
+	// Subscribed before the guest runs: the loop sees all its events.
+	events := r.mon.Events(context.Background())
 	if err := r.mon.Cont(ctx); err != nil {
 		return r.startFailed(ctx, r.startError(fmt.Errorf("QMP cont: %w", err)))
 	}
@@ -144,7 +153,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		return &ExitError{Code: runnerconfig.ExitFailed, Err: err}
 	}
 	defer stopProbe()
-	return r.loop(ctx)
+	return r.loop(ctx, events, watcher)
 }
 
 // Check starts qemu paused with the config, applies its current values
@@ -256,12 +265,20 @@ func (r *Runner) launch(ctx context.Context) error {
 	if err := r.qemu.waitFor(dialCtx, m.QMPSocket); err != nil {
 		return err
 	}
-	if r.mon, err = qmp.Dial(dialCtx, m.QMPSocket); err != nil {
+	mon, err := qmp.Dial(dialCtx, m.QMPSocket)
+	if err != nil {
 		return fmt.Errorf("QMP: %w", err)
 	}
+	return r.attach(ctx, mon)
+}
+
+// attach takes over qemu's monitor and applies the config's current values
+// while qemu is still paused.
+func (r *Runner) attach(ctx context.Context, mon *qmp.Monitor) error {
+	r.mon = mon
 	r.live = newLiveState(r)
 	r.guest = newGuestWatch()
-	return r.live.apply(ctx, c)
+	return r.live.apply(ctx, r.config)
 }
 
 // running notes that the guest runs: the status and the probe say so.

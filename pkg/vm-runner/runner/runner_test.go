@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,21 +23,37 @@ import (
 	"github.com/vmop/vmop/test/harness/spicetest"
 )
 
-// vmRunner is the vm-runner binary, built once for the tests: they run it
-// as a pod would, with signals and exit codes.
-var vmRunner string
+// vmRunnerDir holds the vm-runner binary, built once for the tests that
+// run it as a pod would, with signals and exit codes.
+var (
+	vmRunnerDir   string
+	vmRunnerBuild sync.Once
+	vmRunnerErr   error
+)
+
+// vmRunner builds the binary at the first call; the unit tests never pay
+// for it.
+func vmRunner(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(vmRunnerDir, "vm-runner")
+	vmRunnerBuild.Do(func() {
+		out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/vm-runner").CombinedOutput()
+		if err != nil {
+			vmRunnerErr = fmt.Errorf("building vm-runner: %w\n%s", err, out)
+		}
+	})
+	if vmRunnerErr != nil {
+		t.Fatal(vmRunnerErr)
+	}
+	return bin
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "vm-runner-test")
 	if err != nil {
 		panic(err)
 	}
-	vmRunner = filepath.Join(dir, "vm-runner")
-	build := exec.Command("go", "build", "-o", vmRunner, "../../../cmd/vm-runner")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		panic(err)
-	}
+	vmRunnerDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -133,7 +150,7 @@ func (v *vm) start() *qmp.Monitor {
 	v.output = filepath.Join(v.dir, "runner.log")
 	out, err := os.Create(v.output)
 	require.NoError(v.t, err)
-	v.cmd = exec.Command(vmRunner, "-c", v.config, "--template-dir", filepath.Join(v.dir, "templates"), "--debug")
+	v.cmd = exec.Command(vmRunner(v.t), "-c", v.config, "--template-dir", filepath.Join(v.dir, "templates"), "--debug")
 	v.cmd.Stdout, v.cmd.Stderr = out, out
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(v.t, v.cmd.Start())
@@ -261,7 +278,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 	ok, err := spicetest.Login(ctx, spice, "first")
 	require.NoError(t, err)
 	require.True(t, ok, "the display password of the Secret works")
-	out, err := exec.Command(vmRunner, "probe", "-c", v.config).CombinedOutput()
+	out, err := exec.Command(vmRunner(t), "probe", "-c", v.config).CombinedOutput()
 	require.NoError(t, err, "vm-runner probe while the VM runs: %s", out)
 
 	t.Run("CPUs are plugged", func(t *testing.T) {
@@ -356,7 +373,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 		require.GreaterOrEqual(t, took, 2*time.Second)
 		log, _ := os.ReadFile(v.output)
 		require.Contains(t, string(log), "did not shut down in time")
-		out, err := exec.Command(vmRunner, "probe", "-c", v.config).CombinedOutput()
+		out, err := exec.Command(vmRunner(t), "probe", "-c", v.config).CombinedOutput()
 		require.Error(t, err, "vm-runner probe after the VM stopped: %s", out)
 	})
 }
@@ -426,20 +443,20 @@ func TestMissingCDBootsWithoutIt(t *testing.T) {
 // exit code, which a pod's termination message carries to the status.
 func TestQemuRefusesToStart(t *testing.T) {
 	v := newVM(t, firmwareVM+"cpuModel: no-such-cpu\n")
-	out, err := exec.Command(vmRunner, "-c", v.config, "--template-dir", filepath.Join(v.dir, "templates")).CombinedOutput()
+	out, err := exec.Command(vmRunner(t), "-c", v.config, "--template-dir", filepath.Join(v.dir, "templates")).CombinedOutput()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "%s", out)
 	require.Equal(t, runnerconfig.ExitQemuRefused, ee.ExitCode(), "%s", out)
 	require.Contains(t, string(out), "qemu refused to start (exited with code 1): qemu-system-x86_64: unable to find CPU model 'no-such-cpu'")
 
-	out, err = exec.Command(vmRunner, "check", "-c", v.config).CombinedOutput()
+	out, err = exec.Command(vmRunner(t), "check", "-c", v.config).CombinedOutput()
 	require.ErrorAs(t, err, &ee, "%s", out)
 	require.Equal(t, runnerconfig.ExitQemuRefused, ee.ExitCode(), "%s", out)
 	require.Contains(t, string(out), "unable to find CPU model 'no-such-cpu'")
 
 	// 256M is no whole number of MiB, which qemu needs: rounded up.
 	v.writeConfig(strings.Replace(firmwareVM, "maximumRam: 256Mi", "maximumRam: 256M", 1))
-	out, err = exec.Command(vmRunner, "check", "-c", v.config, "--spice-address", "127.0.0.1").CombinedOutput()
+	out, err = exec.Command(vmRunner(t), "check", "-c", v.config, "--spice-address", "127.0.0.1").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "qemu accepts the VM test")
 }
@@ -492,7 +509,7 @@ func TestInvalidConfigNeverStartsQemu(t *testing.T) {
 	marker := filepath.Join(v.dir, "qemu-started")
 	fake := filepath.Join(v.dir, "fake-qemu")
 	require.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755))
-	out, err := exec.Command(vmRunner, "-c", v.config, "--qemu", fake).CombinedOutput()
+	out, err := exec.Command(vmRunner(t), "-c", v.config, "--qemu", fake).CombinedOutput()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, runnerconfig.ExitConfig, ee.ExitCode())

@@ -51,7 +51,7 @@ func TestGuestSerialConsole(t *testing.T) {
 	require.NoError(t, conn.Close())
 
 	// vm-runner serial prints the kept output, boot to now.
-	out, err := exec.Command(vmRunner, "serial", "-c", v.config).CombinedOutput()
+	out, err := exec.Command(vmRunner(t), "serial", "-c", v.config).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), testguest.ReadyLine)
 	require.Contains(t, string(out), testguest.PongPrefix+"again")
@@ -67,7 +67,7 @@ func TestGuestSerialConsole(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, vmRunner, "serial", "-c", v.config, "--attach", "--who", "pipe")
+	cmd := exec.CommandContext(ctx, vmRunner(t), "serial", "-c", v.config, "--attach", "--who", "pipe")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	var stdout syncbuffer.Buffer

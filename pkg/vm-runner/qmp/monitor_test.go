@@ -1,9 +1,7 @@
 package qmp
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,142 +9,19 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/pkg/vm-runner/qmp/qmptest"
 )
 
-// fakeQEMU speaks QMP on a unix socket: greeting, qmp_capabilities, then one
-// handler call per command. It serves connections one after the other, like
-// qemu's monitor.
-type fakeQEMU struct {
-	t      *testing.T
-	sock   string
-	ln     net.Listener
-	handle func(c *fakeConn, cmd fakeCmd)
-	// capsReply answers qmp_capabilities; empty means success.
-	capsReply string
-	// noGreeting accepts connections but never greets.
-	noGreeting bool
-
-	mu    sync.Mutex
-	conns []*fakeConn
-}
-
-// fakeConn is one client connection; send is safe for concurrent use so that
-// tests can push events while commands run.
-type fakeConn struct {
-	conn net.Conn
-	wmu  sync.Mutex
-}
-
-func (c *fakeConn) send(lines ...string) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	for _, l := range lines {
-		_, _ = c.conn.Write([]byte(l + "\n"))
-	}
-}
-
-// fakeCmd is a received command.
-type fakeCmd struct {
-	Execute   string         `json:"execute"`
-	Arguments map[string]any `json:"arguments"`
-	raw       json.RawMessage
-}
-
-func shortTempDir(t testing.TB) string {
-	t.Helper()
-	// t.TempDir paths can exceed the 108-byte limit of unix socket paths.
-	dir, err := os.MkdirTemp("", "qmp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-func newFake(t *testing.T, handle func(c *fakeConn, cmd fakeCmd)) *fakeQEMU {
-	t.Helper()
-	f := &fakeQEMU{t: t, sock: filepath.Join(shortTempDir(t), "qmp.sock"), handle: handle}
-	return f
-}
-
-// start listens and serves in the background until the test ends.
-func (f *fakeQEMU) start() *fakeQEMU {
-	f.t.Helper()
-	ln, err := net.Listen("unix", f.sock)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.ln = ln
-	f.t.Cleanup(func() {
-		ln.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, c := range f.conns {
-			c.conn.Close()
-		}
-	})
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c := &fakeConn{conn: conn}
-			f.mu.Lock()
-			f.conns = append(f.conns, c)
-			f.mu.Unlock()
-			f.serve(c)
-		}
-	}()
-	return f
-}
-
-func (f *fakeQEMU) serve(c *fakeConn) {
-	defer c.conn.Close()
-	if f.noGreeting {
-		_, _ = c.conn.Read(make([]byte, 1))
-		return
-	}
-	c.send(`{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": "fake"}, "capabilities": ["oob"]}}`)
-	dec := json.NewDecoder(bufio.NewReader(c.conn))
-	for {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return
-		}
-		var cmd fakeCmd
-		if err := json.Unmarshal(raw, &cmd); err != nil {
-			c.send(`{"error": {"class": "GenericError", "desc": "JSON parse error"}}`)
-			continue
-		}
-		cmd.raw = raw
-		if cmd.Execute == "qmp_capabilities" {
-			if f.capsReply != "" {
-				c.send(f.capsReply)
-			} else {
-				c.send(`{"return": {}}`)
-			}
-			continue
-		}
-		f.handle(c, cmd)
-	}
-}
-
-// conn returns the current connection (the test's only client).
-func (f *fakeQEMU) conn() *fakeConn {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.conns[len(f.conns)-1]
-}
-
-func (f *fakeQEMU) dial(t *testing.T) *Monitor {
+// dial connects to the fake at s; the connection is closed when the test
+// ends.
+func dial(t *testing.T, s *qmptest.Server) *Monitor {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	m, err := Dial(ctx, f.sock)
+	m, err := Dial(ctx, s.Socket)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -163,31 +38,26 @@ func testCtx(t testing.TB) context.Context {
 func intp(i int) *int { return &i }
 
 func TestFakeTypedCommands(t *testing.T) {
-	var mu sync.Mutex
-	var got []string
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) {
-		mu.Lock()
-		got = append(got, string(cmd.raw))
-		mu.Unlock()
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) {
 		switch cmd.Execute {
 		case "query-status":
-			c.send(`{"return": {"status": "paused", "singlestep": false, "running": false}}`)
+			c.Send(`{"return": {"status": "paused", "singlestep": false, "running": false}}`)
 		case "query-kvm":
-			c.send(`{"return": {"enabled": true, "present": true}}`)
+			c.Send(`{"return": {"enabled": true, "present": true}}`)
 		case "query-balloon":
-			c.send(`{"return": {"actual": 4294967296}}`)
+			c.Send(`{"return": {"actual": 4294967296}}`)
 		case "query-hotpluggable-cpus":
-			c.send(`{"return": [{"props": {"core-id": 1, "thread-id": 0, "socket-id": 0}, "vcpus-count": 1, "type": "qemu64-x86_64-cpu"},` +
+			c.Send(`{"return": [{"props": {"core-id": 1, "thread-id": 0, "socket-id": 0}, "vcpus-count": 1, "type": "qemu64-x86_64-cpu"},` +
 				`{"props": {"core-id": 0, "thread-id": 0, "socket-id": 0}, "vcpus-count": 1, "qom-path": "/machine/unattached/device[0]", "type": "qemu64-x86_64-cpu"}]}`)
 		case "query-block":
-			c.send(`{"return": [{"io-status": "ok", "device": "cd0drive", "locked": false, "removable": true, "inserted": {"ro": true, "drv": "raw", "node-name": "#block1", "file": "/x.iso"}, "qdev": "cd0", "tray_open": false, "type": "unknown"}]}`)
+			c.Send(`{"return": [{"io-status": "ok", "device": "cd0drive", "locked": false, "removable": true, "inserted": {"ro": true, "drv": "raw", "node-name": "#block1", "file": "/x.iso"}, "qdev": "cd0", "tray_open": false, "type": "unknown"}]}`)
 		case "query-spice":
-			c.send(`{"return": {"migrated": false, "enabled": true, "auth": "spice", "port": 5900, "host": "127.0.0.1", "channels": [{"host": "127.0.0.1", "port": "40000", "family": "ipv4", "connection-id": 7, "channel-type": 1, "channel-id": 0, "tls": false}], "mouse-mode": "server"}}`)
+			c.Send(`{"return": {"migrated": false, "enabled": true, "auth": "spice", "port": 5900, "host": "127.0.0.1", "channels": [{"host": "127.0.0.1", "port": "40000", "family": "ipv4", "connection-id": 7, "channel-type": 1, "channel-id": 0, "tls": false}], "mouse-mode": "server"}}`)
 		default:
-			c.send(`{"return": {}}`)
+			c.Send(`{"return": {}}`)
 		}
-	}).start()
-	m := f.dial(t)
+	})
+	m := dial(t, s)
 	ctx := testCtx(t)
 	if m.Version() != "7.2.0" {
 		t.Errorf("Version() = %q, want 7.2.0", m.Version())
@@ -228,9 +98,7 @@ func TestFakeTypedCommands(t *testing.T) {
 		t.Errorf("QuerySpice = %+v, %v", sp, err)
 	}
 
-	mu.Lock()
-	got = nil
-	mu.Unlock()
+	before := len(s.Commands())
 	for _, call := range []func() error{
 		func() error { return m.Cont(ctx) },
 		func() error { return m.Stop(ctx) },
@@ -275,28 +143,29 @@ func TestFakeTypedCommands(t *testing.T) {
 		`{"execute":"expire_password","arguments":{"protocol":"spice","time":"+30"}}`,
 		`{"execute":"quit"}`,
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	var got []string
+	for _, c := range s.Commands()[before:] {
+		got = append(got, string(c.Raw))
+	}
 	if !reflect.DeepEqual(got, wantWire) {
 		t.Errorf("commands on the wire:\n- want: %q\n-  got: %q", wantWire, got)
 	}
 }
 
 func TestFakeExecuteRaw(t *testing.T) {
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) {
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) {
 		switch cmd.Execute {
 		case "echo":
-			b, _ := json.Marshal(map[string]any{"return": cmd.Arguments})
-			c.send(string(b))
+			c.Return(cmd.Arguments)
 		case "no-return":
-			c.send(`{"id": "x"}`)
+			c.Send(`{"id": "x"}`)
 		case "bad-error":
-			c.send(`{"error": "not an object"}`)
+			c.Send(`{"error": "not an object"}`)
 		default:
-			c.send(`{"return": {}}`)
+			c.Send(`{"return": {}}`)
 		}
-	}).start()
-	m := f.dial(t)
+	})
+	m := dial(t, s)
 	ctx := testCtx(t)
 
 	var out struct {
@@ -342,11 +211,10 @@ func TestFakeErrorClasses(t *testing.T) {
 		{"DeviceNotFound", "Instance 'x' not found"},
 		{"KVMMissingCap", "Using KVM without synchronous MMU, balloon unavailable"},
 	}
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) {
-		b, _ := json.Marshal(map[string]any{"error": map[string]any{"class": cmd.Arguments["class"], "desc": cmd.Arguments["desc"]}})
-		c.send(string(b))
-	}).start()
-	m := f.dial(t)
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) {
+		c.Error(cmd.Arguments["class"].(string), cmd.Arguments["desc"].(string))
+	})
+	m := dial(t, s)
 	ctx := testCtx(t)
 	for _, c := range cases {
 		err := m.Execute(ctx, "fail", map[string]any{"class": c.class, "desc": c.desc}, nil)
@@ -372,21 +240,21 @@ func TestFakeErrorClasses(t *testing.T) {
 }
 
 func TestFakeEventsInterleaved(t *testing.T) {
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) {
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) {
 		switch cmd.Execute {
 		case "stop":
 			// Events before and after the reply, as qemu interleaves them.
-			c.send(`{"timestamp": {"seconds": 1700000000, "microseconds": 250000}, "event": "STOP"}`,
+			c.Send(`{"timestamp": {"seconds": 1700000000, "microseconds": 250000}, "event": "STOP"}`,
 				`{"return": {}}`,
 				`{"timestamp": {"seconds": 1700000001, "microseconds": 0}, "event": "SHUTDOWN", "data": {"guest": true, "reason": "guest-shutdown"}}`)
 		case "tray":
-			c.send(`{"timestamp": {"seconds": 1700000002, "microseconds": 1}, "event": "DEVICE_TRAY_MOVED", "data": {"device": "", "tray-open": true, "id": "cd0"}}`,
+			c.Send(`{"timestamp": {"seconds": 1700000002, "microseconds": 1}, "event": "DEVICE_TRAY_MOVED", "data": {"device": "", "tray-open": true, "id": "cd0"}}`,
 				`{"error": {"class": "GenericError", "desc": "boom"}}`)
 		default:
-			c.send(`{"return": {}}`)
+			c.Send(`{"return": {}}`)
 		}
-	}).start()
-	m := f.dial(t)
+	})
+	m := dial(t, s)
 	ctx := testCtx(t)
 	a := m.Events(ctx)
 	b := m.Events(ctx)
@@ -400,7 +268,7 @@ func TestFakeEventsInterleaved(t *testing.T) {
 	}
 	// Unsolicited events between commands.
 	for i := range 20 {
-		f.conn().send(fmt.Sprintf(`{"timestamp": {"seconds": %d, "microseconds": 0}, "event": "BALLOON_CHANGE", "data": {"actual": %d}}`, 1700000100+i, int64(i)<<30))
+		s.Conn().Send(fmt.Sprintf(`{"timestamp": {"seconds": %d, "microseconds": 0}, "event": "BALLOON_CHANGE", "data": {"actual": %d}}`, 1700000100+i, int64(i)<<30))
 	}
 	if err := m.Cont(ctx); err != nil {
 		t.Fatal(err)
@@ -432,7 +300,7 @@ func TestFakeEventsInterleaved(t *testing.T) {
 
 	// A late subscriber sees only what comes after it subscribed.
 	late := m.Events(ctx)
-	f.conn().send(`{"timestamp": {"seconds": 1, "microseconds": 0}, "event": "RESUME"}`)
+	s.Conn().Send(`{"timestamp": {"seconds": 1, "microseconds": 0}, "event": "RESUME"}`)
 	if e := recv(t, late); e.Name != EventResume {
 		t.Errorf("late subscriber got %+v first", e)
 	}
@@ -454,16 +322,16 @@ func recv(t *testing.T, ch <-chan Event) Event {
 
 func TestFakeSlowSubscriberDropsOldest(t *testing.T) {
 	const n = EventBuffer + 50
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) {
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) {
 		if cmd.Execute == "burst" {
 			for i := range n {
-				c.send(fmt.Sprintf(`{"event": "SEQ", "data": {"i": %d}, "timestamp": {"seconds": 1, "microseconds": 0}}`, i))
+				c.Send(fmt.Sprintf(`{"event": "SEQ", "data": {"i": %d}, "timestamp": {"seconds": 1, "microseconds": 0}}`, i))
 			}
-			c.send(`{"event": "MARK", "timestamp": {"seconds": 1, "microseconds": 0}}`)
+			c.Send(`{"event": "MARK", "timestamp": {"seconds": 1, "microseconds": 0}}`)
 		}
-		c.send(`{"return": {}}`)
-	}).start()
-	m := f.dial(t)
+		c.Send(`{"return": {}}`)
+	})
+	m := dial(t, s)
 	ctx := testCtx(t)
 	slow := m.Events(ctx)
 	fast := m.Events(ctx)
@@ -500,8 +368,8 @@ func TestFakeSlowSubscriberDropsOldest(t *testing.T) {
 }
 
 func TestFakeEventsUnsubscribeAndClose(t *testing.T) {
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) { c.send(`{"return": {}}`) }).start()
-	m := f.dial(t)
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) { c.Send(`{"return": {}}`) })
+	m := dial(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := m.Events(ctx)
 	cancel()
@@ -538,16 +406,16 @@ func TestFakeEventsUnsubscribeAndClose(t *testing.T) {
 }
 
 func TestFakeCloseMidCommand(t *testing.T) {
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) {
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) {
 		if cmd.Execute == "query-status" {
 			// qemu dies while the command runs: an event, then nothing.
-			c.send(`{"event": "STOP", "timestamp": {"seconds": 1, "microseconds": 0}}`)
-			c.conn.Close()
+			c.Send(`{"event": "STOP", "timestamp": {"seconds": 1, "microseconds": 0}}`)
+			c.Close()
 			return
 		}
-		c.send(`{"return": {}}`)
-	}).start()
-	m := f.dial(t)
+		c.Send(`{"return": {}}`)
+	})
+	m := dial(t, s)
 	ev := m.Events(context.Background())
 	ctx := testCtx(t)
 	if err := m.Cont(ctx); err != nil {
@@ -577,10 +445,10 @@ func TestFakeCloseMidCommand(t *testing.T) {
 }
 
 func TestFakeIdleCloseClosesDone(t *testing.T) {
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) { c.send(`{"return": {}}`) }).start()
-	m := f.dial(t)
-	f.conn().send(`{"event": "SHUTDOWN", "data": {"guest": false, "reason": "host-signal"}, "timestamp": {"seconds": 1, "microseconds": 0}}`)
-	f.conn().conn.Close()
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) { c.Send(`{"return": {}}`) })
+	m := dial(t, s)
+	s.Conn().Send(`{"event": "SHUTDOWN", "data": {"guest": false, "reason": "host-signal"}, "timestamp": {"seconds": 1, "microseconds": 0}}`)
+	s.Conn().Close()
 	select {
 	case <-m.Done():
 	case <-time.After(5 * time.Second):
@@ -590,20 +458,19 @@ func TestFakeIdleCloseClosesDone(t *testing.T) {
 
 func TestFakeExecuteHonoursContext(t *testing.T) {
 	hold := make(chan struct{})
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) {
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) {
 		switch cmd.Execute {
 		case "slow":
 			// Reply only when the test says so, long after the caller gave up.
 			go func() {
 				<-hold
-				c.send(`{"return": {"who": "slow"}}`)
+				c.Send(`{"return": {"who": "slow"}}`)
 			}()
 		default:
-			b, _ := json.Marshal(map[string]any{"return": map[string]any{"who": cmd.Execute}})
-			c.send(string(b))
+			c.Return(map[string]any{"who": cmd.Execute})
 		}
-	}).start()
-	m := f.dial(t)
+	})
+	m := dial(t, s)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -639,14 +506,14 @@ func TestFakeExecuteHonoursContext(t *testing.T) {
 func TestFakeOversizedReplyEndsConnection(t *testing.T) {
 	// go-qemu reads lines with bufio.Scanner (64 KiB limit): a larger reply
 	// fails the command and stops its reader for good.
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) {
+	s := qmptest.NewServer(t, func(c *qmptest.Conn, cmd qmptest.Command) {
 		if cmd.Execute == "big" {
-			c.send(`{"return": "` + strings.Repeat("x", 70<<10) + `"}`)
+			c.Send(`{"return": "` + strings.Repeat("x", 70<<10) + `"}`)
 			return
 		}
-		c.send(`{"return": {}}`)
-	}).start()
-	m := f.dial(t)
+		c.Send(`{"return": {}}`)
+	})
+	m := dial(t, s)
 	ctx := testCtx(t)
 	err := m.Execute(ctx, "big", nil, nil)
 	if !errors.Is(err, ErrClosed) {
@@ -660,9 +527,9 @@ func TestFakeOversizedReplyEndsConnection(t *testing.T) {
 }
 
 func TestFakeDialRetries(t *testing.T) {
-	f := newFake(t, func(c *fakeConn, cmd fakeCmd) { c.send(`{"return": {}}`) })
+	s := qmptest.NewUnstartedServer(t, func(c *qmptest.Conn, cmd qmptest.Command) { c.Send(`{"return": {}}`) })
 	// A stale socket file from an earlier qemu refuses connections.
-	stale, err := net.Listen("unix", f.sock)
+	stale, err := net.Listen("unix", s.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -677,13 +544,13 @@ func TestFakeDialRetries(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		m, err := Dial(ctx, f.sock)
+		m, err := Dial(ctx, s.Socket)
 		out <- res{m, err}
 	}()
 	time.Sleep(150 * time.Millisecond)
-	os.Remove(f.sock)
+	os.Remove(s.Socket)
 	time.Sleep(100 * time.Millisecond)
-	f.start()
+	s.Start()
 	r := <-out
 	if r.err != nil {
 		t.Fatalf("Dial: %v", r.err)
@@ -698,13 +565,13 @@ func TestFakeDialFailures(t *testing.T) {
 	t.Run("no socket", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		_, err := Dial(ctx, filepath.Join(shortTempDir(t), "none.sock"))
+		_, err := Dial(ctx, filepath.Join(qmptest.TempDir(t), "none.sock"))
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Dial = %v, want DeadlineExceeded", err)
 		}
 	})
 	t.Run("not a socket", func(t *testing.T) {
-		p := filepath.Join(shortTempDir(t), "file")
+		p := filepath.Join(qmptest.TempDir(t), "file")
 		if err := os.WriteFile(p, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -717,24 +584,24 @@ func TestFakeDialFailures(t *testing.T) {
 		}
 	})
 	t.Run("no greeting", func(t *testing.T) {
-		f := newFake(t, nil)
-		f.noGreeting = true
-		f.start()
+		s := qmptest.NewUnstartedServer(t, nil)
+		s.NoGreeting = true
+		s.Start()
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_, err := Dial(ctx, f.sock)
+		_, err := Dial(ctx, s.Socket)
 		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
 			t.Errorf("Dial = %v after %v, want DeadlineExceeded", err, time.Since(start))
 		}
 	})
 	t.Run("capabilities refused", func(t *testing.T) {
-		f := newFake(t, nil)
-		f.capsReply = `{"error": {"class": "GenericError", "desc": "nope"}}`
-		f.start()
+		s := qmptest.NewUnstartedServer(t, nil)
+		s.CapabilitiesReply = `{"error": {"class": "GenericError", "desc": "nope"}}`
+		s.Start()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := Dial(ctx, f.sock)
+		_, err := Dial(ctx, s.Socket)
 		if err == nil || !strings.Contains(err.Error(), "nope") {
 			t.Errorf("Dial = %v, want the handshake error", err)
 		}

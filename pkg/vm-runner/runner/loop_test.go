@@ -1,0 +1,132 @@
+package runner
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/pkg/runnerconfig"
+)
+
+// The unit tests of the shutdown and of the runner's exit: the loop
+// against fakeQemu (see fakeqemu_test.go), no qemu.
+
+// exitCode is the exit code the runner's error stands for.
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	if err == nil {
+		return runnerconfig.ExitClean
+	}
+	var exit *ExitError
+	require.ErrorAs(t, err, &exit)
+	return exit.Code
+}
+
+func TestShutdownByACPI(t *testing.T) {
+	v := newTestVM(t, baseConfig(t.TempDir()))
+	v.run()
+	n := len(v.q.commands(0))
+	v.sigterm()
+	require.Equal(t, runnerconfig.ExitClean, exitCode(t, v.result()))
+	require.Equal(t, []string{"system_powerdown"}, v.q.commands(n))
+	require.Equal(t, "Pressed the ACPI power button (powerdownTimeout 30s)", v.rec.waitEvent(t, ReasonShutdownRequested, 1).Message)
+	require.Contains(t, v.rec.waitEvent(t, ReasonShutdownCompleted, 1).Message, "The guest shut down ")
+	require.False(t, v.rec.last().Running)
+	require.False(t, v.r.ready.Load())
+}
+
+func TestShutdownForcedAfterPowerdownTimeout(t *testing.T) {
+	c := baseConfig(t.TempDir())
+	*c.VM.PowerdownTimeout = 1
+	v := newTestVM(t, c)
+	v.q.ignoreACPI()
+	v.run()
+	n := len(v.q.commands(0))
+	start := time.Now()
+	v.sigterm()
+	v.rec.waitEvent(t, ReasonShutdownRequested, 1)
+	require.Equal(t, []string{"system_powerdown"}, v.q.commands(n), "no quit before powerdownTimeout")
+
+	forced := v.rec.waitEvent(t, ReasonShutdownForced, 1)
+	require.GreaterOrEqual(t, time.Since(start), time.Second)
+	require.True(t, forced.Warning)
+	require.Equal(t, "The guest did not shut down within powerdownTimeout (1s): qemu is stopped hard", forced.Message)
+	require.Equal(t, runnerconfig.ExitForced, exitCode(t, v.result()))
+	require.Equal(t, []string{"system_powerdown", "quit"}, v.q.commands(n))
+	require.Empty(t, v.rec.eventsOf(ReasonQemuExited), "ShutdownForced told of it")
+	require.Empty(t, v.rec.eventsOf(ReasonShutdownCompleted))
+}
+
+// A powerdownTimeout changed during the stop counts from the stop's
+// start.
+func TestShutdownTimeoutChangedWhileStopping(t *testing.T) {
+	c := baseConfig(t.TempDir())
+	v := newTestVM(t, c)
+	v.q.ignoreACPI()
+	v.run()
+	v.sigterm()
+	v.rec.waitEvent(t, ReasonShutdownRequested, 1)
+	*c.VM.PowerdownTimeout = 0
+	v.writeConfig(c)
+	require.Equal(t, runnerconfig.ExitForced, exitCode(t, v.result()))
+	require.Contains(t, v.rec.waitEvent(t, ReasonShutdownForced, 1).Message, "powerdownTimeout (0s)")
+}
+
+// qemu that refuses to quit is killed; the exit still says forced.
+func TestShutdownForcedQuitFails(t *testing.T) {
+	c := baseConfig(t.TempDir())
+	*c.VM.PowerdownTimeout = 0
+	v := newTestVM(t, c)
+	v.q.ignoreACPI()
+	v.q.quitFails()
+	v.run()
+	n := len(v.q.commands(0))
+	v.sigterm()
+	require.Equal(t, runnerconfig.ExitForced, exitCode(t, v.result()))
+	require.Equal(t, []string{"system_powerdown", "quit"}, v.q.commands(n))
+	require.Equal(t, "killed by signal 9 (killed)", v.q.proc.describe())
+}
+
+func TestGuestShutsItselfDown(t *testing.T) {
+	for _, stops := range []bool{false, true} {
+		c := baseConfig(t.TempDir())
+		c.GuestShutdownStops = stops
+		v := newTestVM(t, c)
+		v.run()
+		v.q.powerOff()
+		require.Equal(t, runnerconfig.ExitClean, exitCode(t, v.result()))
+		msg := v.rec.waitEvent(t, ReasonGuestShutdown, 1).Message
+		require.Equal(t, stops, v.rec.stopped, "desired state set to Stopped")
+		if stops {
+			require.Equal(t, "The guest shut itself down; it stays stopped (spec.guestShutdownStops)", msg)
+		} else {
+			require.Equal(t, "The guest shut itself down; it starts again (spec.guestShutdownStops is not set)", msg)
+		}
+	}
+}
+
+// The guest's SHUTDOWN can reach the runner after qemu's exit.
+func TestGuestShutdownEventAfterExit(t *testing.T) {
+	v := newTestVM(t, baseConfig(t.TempDir()))
+	v.run()
+	v.q.powerOffSlowSocket()
+	require.Equal(t, runnerconfig.ExitClean, exitCode(t, v.result()))
+	v.rec.waitEvent(t, ReasonGuestShutdown, 1)
+}
+
+func TestQemuCrashes(t *testing.T) {
+	v := newTestVM(t, baseConfig(t.TempDir()))
+	v.run()
+	require.NoError(t, syscall.Kill(v.q.proc.cmd.Process.Pid, syscall.SIGKILL))
+	err := v.result()
+	require.Equal(t, runnerconfig.ExitCrashed, exitCode(t, err))
+	require.Equal(t, "qemu killed by signal 9 (killed) without a guest shutdown", errors.Unwrap(err).Error())
+	exited := v.rec.waitEvent(t, ReasonQemuExited, 1)
+	require.True(t, exited.Warning)
+	require.Equal(t, "qemu killed by signal 9 (killed) without a guest shutdown; its last words: "+fakeQemuWords, exited.Message)
+	s := v.rec.last()
+	require.False(t, s.Running || s.Booted)
+}
