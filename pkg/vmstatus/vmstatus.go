@@ -6,12 +6,15 @@ package vmstatus
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
@@ -172,12 +175,121 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 			return runnerFailed(cs.LastTerminationState.Terminated, cs.RestartCount), true
 		}
 	}
-	for _, pc := range pod.Status.Conditions {
-		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {
-			return Condition(v1.ConditionFailed, true, v1.ReasonUnschedulable, pc.Message), true
-		}
+	if pc := unscheduled(pod); pc != nil {
+		return unschedulable(pod.Namespace, pc.Message), true
 	}
 	return metav1.Condition{}, false
+}
+
+// DocsStorage is where the docs say what storage a VM's pod claims and
+// how a cluster gets it.
+const DocsStorage = "https://github.com/vmop/vmop/blob/main/docs/getting-started.md#storage"
+
+// The scheduler's words (k8s.io/kubernetes, plugin VolumeBinding) for a
+// pod whose claims stop it before any node is tried.
+const (
+	schedClaimNotFound = "persistentvolumeclaim %q not found"
+	schedUnboundClaims = "pod has unbound immediate PersistentVolumeClaims"
+)
+
+// unscheduled is the pod's PodScheduled condition while no node takes
+// it, nil otherwise.
+func unscheduled(pod *corev1.Pod) *corev1.PodCondition {
+	for i, pc := range pod.Status.Conditions {
+		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// unschedulable is the Failed condition of a pod that no node takes: the
+// scheduler's words, or what to create when the missing piece is one
+// vmop asks of the namespace, the image repository.
+func unschedulable(namespace, msg string) metav1.Condition {
+	if strings.Contains(msg, fmt.Sprintf(schedClaimNotFound, render.ImageRepositoryClaim)) {
+		return Condition(v1.ConditionFailed, true, v1.ReasonImageRepositoryMissing, fmt.Sprintf(
+			"The VM has a CD drive, so its pod mounts the namespace's image repository, the PersistentVolumeClaim %s, "+
+				"and namespace %s has none. Create it, even for an empty drive (media are inserted into a running VM from it): see %s",
+			render.ImageRepositoryClaim, namespace, DocsStorage))
+	}
+	return Condition(v1.ConditionFailed, true, v1.ReasonUnschedulable, msg)
+}
+
+// WaitingClaims are the claims that pod mounts when the scheduler says
+// it waits for claims to be bound, nil otherwise: ExplainClaims reads
+// them.
+func WaitingClaims(pod *corev1.Pod) []string {
+	if pod == nil {
+		return nil
+	}
+	if pc := unscheduled(pod); pc == nil || !strings.Contains(pc.Message, schedUnboundClaims) {
+		return nil
+	}
+	var names []string
+	for _, vol := range pod.Spec.Volumes {
+		if c := vol.PersistentVolumeClaim; c != nil {
+			names = append(names, c.ClaimName)
+		}
+	}
+	return names
+}
+
+// Claims reads those of WaitingClaims(pod) that exist, for ExplainClaims.
+func Claims(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) ([]corev1.PersistentVolumeClaim, error) {
+	var claims []corev1.PersistentVolumeClaim
+	for _, name := range WaitingClaims(pod) {
+		pvc, err := kube.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("claim %s/%s of pod %s: %w", pod.Namespace, name, pod.Name, err)
+		}
+		claims = append(claims, *pvc)
+	}
+	return claims, nil
+}
+
+// ExplainClaims makes the Failed condition of a pod that waits for its
+// claims (WaitingClaims) name the first one still Pending and what it
+// needs; claims are the ones that exist. Claims bound meanwhile leave the
+// scheduler's words, which its next try replaces.
+func (c *Conditions) ExplainClaims(claims []corev1.PersistentVolumeClaim) {
+	if c.Failed.Reason != v1.ReasonUnschedulable {
+		return
+	}
+	for _, pvc := range claims {
+		if pvc.Status.Phase != corev1.ClaimPending {
+			continue
+		}
+		class := pvc.Spec.StorageClassName
+		if a, ok := pvc.Annotations[corev1.BetaStorageClassAnnotation]; ok {
+			class = &a
+		}
+		switch {
+		case class == nil:
+			// Admission gives a claim without a class the default class
+			// when one exists, and the volume controller does when one
+			// is made later: without a class, there is none.
+			c.Failed = Condition(v1.ConditionFailed, true, v1.ReasonNoDefaultStorageClass, fmt.Sprintf(
+				"Claim %s names no StorageClass and the cluster has no default one, so nothing binds it. "+
+					"Mark a StorageClass as the default (annotation storageclass.kubernetes.io/is-default-class: \"true\"), "+
+					"or on a single node without a storage provisioner apply examples/single-node/storage.yaml: see %s",
+				pvc.Name, DocsStorage))
+		case *class == "":
+			c.Failed = Condition(v1.ConditionFailed, true, v1.ReasonClaimPending, fmt.Sprintf(
+				"Claim %s has storageClassName \"\", so only a PersistentVolume without a class binds it, and none that matches it "+
+					"(size, access mode, volume mode, selector) is available. Create one: see %s",
+				pvc.Name, DocsStorage))
+		default:
+			c.Failed = Condition(v1.ConditionFailed, true, v1.ReasonClaimPending, fmt.Sprintf(
+				"Claim %s of StorageClass %s is not bound. Check that the class exists (kubectl get storageclass) and that its provisioner "+
+					"runs (kubectl describe pvc -n %s %s): see %s",
+				pvc.Name, *class, pvc.Namespace, pvc.Name, DocsStorage))
+		}
+		return
+	}
 }
 
 // waitingFailure is the Failed condition of a container that waits

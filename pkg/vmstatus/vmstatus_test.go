@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
@@ -212,4 +213,129 @@ func TestContainerDiskFailure(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, v1.ReasonImportFailed, c.Reason)
 	require.Equal(t, words+" (0 restarts).", c.Message)
+}
+
+// waitingPod is the pod of VM-Operator's example VM (a CD drive, a
+// system disk, the runner's data) as the scheduler leaves it with
+// message; its volumes are those the StatefulSet controller gives it.
+func waitingPod(message string) *corev1.Pod {
+	claim := func(name string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name},
+		}}
+	}
+	repo := claim(render.VolumeImageRepository)
+	repo.PersistentVolumeClaim.ClaimName = render.ImageRepositoryClaim
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-vm-0", Namespace: "vmop-demo"},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+			{Name: render.VolumeConfig, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+			repo, claim("runner-data-test-vm-0"), claim("system-disk-test-vm-0"),
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
+		}}},
+	}
+}
+
+// The scheduler's words (kube-scheduler 1.37, one node) for a pod whose
+// claims stop it in PreFilter.
+const (
+	schedRepositoryNotFound = `0/1 nodes are available: persistentvolumeclaim "vmop-image-repository" not found. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`
+	schedUnbound            = `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`
+)
+
+func TestImageRepositoryMissing(t *testing.T) {
+	c, ok := failed(waitingPod(schedRepositoryNotFound))
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonImageRepositoryMissing, c.Reason)
+	require.Equal(t, "The VM has a CD drive, so its pod mounts the namespace's image repository, the PersistentVolumeClaim vmop-image-repository, "+
+		"and namespace vmop-demo has none. Create it, even for an empty drive (media are inserted into a running VM from it): see "+DocsStorage, c.Message)
+	require.Nil(t, WaitingClaims(waitingPod(schedRepositoryNotFound)), "the claim is missing, not unbound")
+
+	// Another claim that is missing is not the repository.
+	c, ok = failed(waitingPod(`0/1 nodes are available: persistentvolumeclaim "data" not found. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`))
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
+}
+
+func TestExplainClaims(t *testing.T) {
+	pod := waitingPod(schedUnbound)
+	require.Equal(t, []string{render.ImageRepositoryClaim, "runner-data-test-vm-0", "system-disk-test-vm-0"}, WaitingClaims(pod))
+	require.Nil(t, WaitingClaims(waitingPod("0/1 nodes are available: 1 Insufficient cpu.")), "the scheduler waits for no claim")
+	require.Nil(t, WaitingClaims(nil))
+
+	claim := func(name string, class *string, phase corev1.PersistentVolumeClaimPhase) corev1.PersistentVolumeClaim {
+		return corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "vmop-demo"},
+			Spec:       corev1.PersistentVolumeClaimSpec{StorageClassName: class},
+			Status:     corev1.PersistentVolumeClaimStatus{Phase: phase},
+		}
+	}
+	class := func(s string) *string { return &s }
+	explain := func(claims ...corev1.PersistentVolumeClaim) metav1.Condition {
+		c := FromPod(pod, true, "")
+		c.ExplainClaims(claims)
+		require.Equal(t, metav1.ConditionTrue, c.Failed.Status)
+		return c.Failed
+	}
+
+	// No default class: admission left the runner's data without one.
+	c := explain(claim(render.ImageRepositoryClaim, class("local-dir"), corev1.ClaimBound), claim("runner-data-test-vm-0", nil, corev1.ClaimPending))
+	require.Equal(t, v1.ReasonNoDefaultStorageClass, c.Reason)
+	require.Equal(t, `Claim runner-data-test-vm-0 names no StorageClass and the cluster has no default one, so nothing binds it. `+
+		`Mark a StorageClass as the default (annotation storageclass.kubernetes.io/is-default-class: "true"), `+
+		`or on a single node without a storage provisioner apply examples/single-node/storage.yaml: see `+DocsStorage, c.Message)
+
+	// The class of the beta annotation counts as the claim's.
+	beta := claim("runner-data-test-vm-0", nil, corev1.ClaimPending)
+	beta.Annotations = map[string]string{corev1.BetaStorageClassAnnotation: "fast"}
+	c = explain(beta)
+	require.Equal(t, v1.ReasonClaimPending, c.Reason)
+	require.Contains(t, c.Message, "Claim runner-data-test-vm-0 of StorageClass fast is not bound.")
+
+	// VM-Operator's example disk: no class, and no volume matches.
+	c = explain(claim("runner-data-test-vm-0", class("local-dir"), corev1.ClaimBound), claim("system-disk-test-vm-0", class(""), corev1.ClaimPending))
+	require.Equal(t, v1.ReasonClaimPending, c.Reason)
+	require.Equal(t, `Claim system-disk-test-vm-0 has storageClassName "", so only a PersistentVolume without a class binds it, and none that matches it `+
+		`(size, access mode, volume mode, selector) is available. Create one: see `+DocsStorage, c.Message)
+
+	c = explain(claim(render.ImageRepositoryClaim, class("rook-cephfs"), corev1.ClaimPending))
+	require.Equal(t, v1.ReasonClaimPending, c.Reason)
+	require.Equal(t, "Claim vmop-image-repository of StorageClass rook-cephfs is not bound. Check that the class exists (kubectl get storageclass) "+
+		"and that its provisioner runs (kubectl describe pvc -n vmop-demo vmop-image-repository): see "+DocsStorage, c.Message)
+
+	// Bound since the scheduler's try (a provisioner was quick): its
+	// words stand until it tries again.
+	c = explain(claim("runner-data-test-vm-0", nil, corev1.ClaimBound))
+	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
+	require.Equal(t, schedUnbound, c.Message)
+
+	// Another failure is not the claims'.
+	pulling := FromPod(&corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+		Name: render.ContainerRunner, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull"}},
+	}}}}, true, "")
+	pulling.ExplainClaims([]corev1.PersistentVolumeClaim{claim("runner-data-test-vm-0", nil, corev1.ClaimPending)})
+	require.Equal(t, v1.ReasonImagePull, pulling.Failed.Reason)
+}
+
+func TestClaims(t *testing.T) {
+	pod := waitingPod(schedUnbound)
+	kube := fake.NewClientset(
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "runner-data-test-vm-0", Namespace: "vmop-demo"}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "system-disk-test-vm-0", Namespace: "vmop-demo"}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "system-disk-test-vm-0", Namespace: "other"}},
+	)
+	claims, err := Claims(t.Context(), kube, pod)
+	require.NoError(t, err)
+	var names []string
+	for _, c := range claims {
+		require.Equal(t, "vmop-demo", c.Namespace)
+		names = append(names, c.Name)
+	}
+	require.Equal(t, []string{"runner-data-test-vm-0", "system-disk-test-vm-0"}, names, "the repository does not exist")
+
+	claims, err = Claims(t.Context(), kube, waitingPod("0/1 nodes are available: 1 Insufficient cpu."))
+	require.NoError(t, err)
+	require.Empty(t, claims, "nothing read when the scheduler waits for no claim")
 }

@@ -59,6 +59,12 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 		st.Node = pod.Spec.NodeName
 	}
 	conds := vmstatus.FromPod(pod, want, objs.StatefulSet.Spec.Template.Annotations[render.AnnotationRestartHash])
+	// Read only while the scheduler waits for claims: not cached.
+	claims, err := vmstatus.Claims(ctx, c.kube, pod)
+	if err != nil {
+		return opStatus{}, 0, err
+	}
+	conds.ExplainClaims(claims)
 	var requeue time.Duration
 	if pod == nil && want {
 		// No event tells of a pod that cannot be created: look again.
