@@ -12,9 +12,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
@@ -235,9 +237,29 @@ func WaitingClaims(pod *corev1.Pod) []string {
 	return names
 }
 
-// Claims reads those of WaitingClaims(pod) that exist, for ExplainClaims.
-func Claims(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) ([]corev1.PersistentVolumeClaim, error) {
-	var claims []corev1.PersistentVolumeClaim
+// Claim is a claim the pod waits for, with what its class tells.
+type Claim struct {
+	corev1.PersistentVolumeClaim
+	// Class is the StorageClass the claim names; nil when it names none,
+	// the class does not exist, or it could not be read.
+	Class *storagev1.StorageClass
+	// ClassUnknown: the class could not be read (no right to).
+	ClassUnknown bool
+}
+
+// class is the StorageClass a claim names (the beta annotation first,
+// as the volume controller reads it), nil when it names none.
+func class(pvc *corev1.PersistentVolumeClaim) *string {
+	if a, ok := pvc.Annotations[corev1.BetaStorageClassAnnotation]; ok {
+		return &a
+	}
+	return pvc.Spec.StorageClassName
+}
+
+// Claims reads those of WaitingClaims(pod) that exist, and their
+// classes, for ExplainClaims.
+func Claims(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) ([]Claim, error) {
+	var claims []Claim
 	for _, name := range WaitingClaims(pod) {
 		pvc, err := kube.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -246,49 +268,67 @@ func Claims(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) ([]
 		if err != nil {
 			return nil, fmt.Errorf("claim %s/%s of pod %s: %w", pod.Namespace, name, pod.Name, err)
 		}
-		claims = append(claims, *pvc)
+		c := Claim{PersistentVolumeClaim: *pvc}
+		if cl := class(pvc); cl != nil && *cl != "" {
+			c.Class, err = kube.StorageV1().StorageClasses().Get(ctx, *cl, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				c.Class = nil
+			case apierrors.IsForbidden(err):
+				c.Class, c.ClassUnknown = nil, true
+			case err != nil:
+				return nil, fmt.Errorf("storage class %s of claim %s/%s: %w", *cl, pod.Namespace, name, err)
+			}
+		}
+		claims = append(claims, c)
 	}
 	return claims, nil
 }
 
 // ExplainClaims makes the Failed condition of a pod that waits for its
-// claims (WaitingClaims) name the first one still Pending and what it
-// needs; claims are the ones that exist. Claims bound meanwhile leave the
+// claims (WaitingClaims) name the first one that keeps it waiting and
+// what it needs; claims are from Claims. Claims bound meanwhile leave the
 // scheduler's words, which its next try replaces.
-func (c *Conditions) ExplainClaims(claims []corev1.PersistentVolumeClaim) {
+func (c *Conditions) ExplainClaims(claims []Claim) {
 	if c.Failed.Reason != v1.ReasonUnschedulable {
 		return
 	}
 	for _, pvc := range claims {
-		if pvc.Status.Phase != corev1.ClaimPending {
-			continue
+		if msg, reason := claimWaits(pvc); msg != "" {
+			c.Failed = Condition(v1.ConditionFailed, true, reason, msg+": see "+DocsStorage)
+			return
 		}
-		class := pvc.Spec.StorageClassName
-		if a, ok := pvc.Annotations[corev1.BetaStorageClassAnnotation]; ok {
-			class = &a
-		}
-		switch {
-		case class == nil:
-			// Admission gives a claim without a class the default class
-			// when one exists, and the volume controller does when one
-			// is made later: without a class, there is none.
-			c.Failed = Condition(v1.ConditionFailed, true, v1.ReasonNoDefaultStorageClass, fmt.Sprintf(
-				"Claim %s names no StorageClass and the cluster has no default one, so nothing binds it. "+
-					"Mark a StorageClass as the default (annotation storageclass.kubernetes.io/is-default-class: \"true\"), "+
-					"or on a single node without a storage provisioner apply examples/single-node/storage.yaml: see %s",
-				pvc.Name, DocsStorage))
-		case *class == "":
-			c.Failed = Condition(v1.ConditionFailed, true, v1.ReasonClaimPending, fmt.Sprintf(
-				"Claim %s has storageClassName \"\", so only a PersistentVolume without a class binds it, and none that matches it "+
-					"(size, access mode, volume mode, selector) is available. Create one: see %s",
-				pvc.Name, DocsStorage))
-		default:
-			c.Failed = Condition(v1.ConditionFailed, true, v1.ReasonClaimPending, fmt.Sprintf(
-				"Claim %s of StorageClass %s is not bound. Check that the class exists (kubectl get storageclass) and that its provisioner "+
-					"runs (kubectl describe pvc -n %s %s): see %s",
-				pvc.Name, *class, pvc.Namespace, pvc.Name, DocsStorage))
-		}
-		return
+	}
+}
+
+// claimWaits says why a claim keeps its pod from being scheduled, and the
+// Failed condition's reason; "" when it does not.
+func claimWaits(c Claim) (msg, reason string) {
+	cl := class(&c.PersistentVolumeClaim)
+	switch {
+	case c.Status.Phase != corev1.ClaimPending:
+		return "", ""
+	case cl == nil:
+		// Admission gives a claim without a class the default class
+		// when one exists, and the volume controller does when one is
+		// made later: without a class, there is none.
+		return fmt.Sprintf("Claim %s names no StorageClass and the cluster has no default one, so nothing binds it. "+
+			"Mark a StorageClass as the default (annotation storageclass.kubernetes.io/is-default-class: \"true\"), "+
+			"or on a single node without a storage provisioner apply examples/single-node/storage.yaml", c.Name), v1.ReasonNoDefaultStorageClass
+	case *cl == "":
+		return fmt.Sprintf("Claim %s has storageClassName \"\", so only a PersistentVolume without a class binds it, and none that matches it "+
+			"(size, access mode, volume mode, selector) is available. Create one", c.Name), v1.ReasonClaimPending
+	case c.ClassUnknown:
+		return "", ""
+	case c.Class == nil:
+		return fmt.Sprintf("Claim %s names StorageClass %s, which does not exist. Create the class, or name one of kubectl get storageclass",
+			c.Name, *cl), v1.ReasonClaimPending
+	case ptr.Deref(c.Class.VolumeBindingMode, storagev1.VolumeBindingImmediate) == storagev1.VolumeBindingWaitForFirstConsumer:
+		// Bound once a node is chosen: pending is its due state.
+		return "", ""
+	default:
+		return fmt.Sprintf("Claim %s of StorageClass %s is not bound. Check that the class's provisioner (%s) runs: kubectl describe pvc -n %s %s",
+			c.Name, *cl, c.Class.Provisioner, c.Namespace, c.Name), v1.ReasonClaimPending
 	}
 }
 

@@ -1,12 +1,18 @@
 package vmstatus
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
@@ -265,23 +271,31 @@ func TestExplainClaims(t *testing.T) {
 	require.Nil(t, WaitingClaims(waitingPod("0/1 nodes are available: 1 Insufficient cpu.")), "the scheduler waits for no claim")
 	require.Nil(t, WaitingClaims(nil))
 
-	claim := func(name string, class *string, phase corev1.PersistentVolumeClaimPhase) corev1.PersistentVolumeClaim {
-		return corev1.PersistentVolumeClaim{
+	immediate := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "rook-cephfs"}, Provisioner: "rook-ceph.cephfs.csi.ceph.com"}
+	late := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-block"}, Provisioner: "kubernetes.io/no-provisioner",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	claim := func(name string, class *string, phase corev1.PersistentVolumeClaimPhase) Claim {
+		return Claim{PersistentVolumeClaim: corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "vmop-demo"},
 			Spec:       corev1.PersistentVolumeClaimSpec{StorageClassName: class},
 			Status:     corev1.PersistentVolumeClaimStatus{Phase: phase},
-		}
+		}}
 	}
-	class := func(s string) *string { return &s }
-	explain := func(claims ...corev1.PersistentVolumeClaim) metav1.Condition {
+	of := func(c Claim, sc *storagev1.StorageClass) Claim {
+		c.Spec.StorageClassName, c.Class = &sc.Name, sc
+		return c
+	}
+	explain := func(claims ...Claim) metav1.Condition {
 		c := FromPod(pod, true, "")
 		c.ExplainClaims(claims)
 		require.Equal(t, metav1.ConditionTrue, c.Failed.Status)
 		return c.Failed
 	}
+	// VM-Operator's example disk waits for its node, as it should.
+	system := of(claim("system-disk-test-vm-0", nil, corev1.ClaimPending), late)
 
 	// No default class: admission left the runner's data without one.
-	c := explain(claim(render.ImageRepositoryClaim, class("local-dir"), corev1.ClaimBound), claim("runner-data-test-vm-0", nil, corev1.ClaimPending))
+	c := explain(system, claim("runner-data-test-vm-0", nil, corev1.ClaimPending))
 	require.Equal(t, v1.ReasonNoDefaultStorageClass, c.Reason)
 	require.Equal(t, `Claim runner-data-test-vm-0 names no StorageClass and the cluster has no default one, so nothing binds it. `+
 		`Mark a StorageClass as the default (annotation storageclass.kubernetes.io/is-default-class: "true"), `+
@@ -292,22 +306,26 @@ func TestExplainClaims(t *testing.T) {
 	beta.Annotations = map[string]string{corev1.BetaStorageClassAnnotation: "fast"}
 	c = explain(beta)
 	require.Equal(t, v1.ReasonClaimPending, c.Reason)
-	require.Contains(t, c.Message, "Claim runner-data-test-vm-0 of StorageClass fast is not bound.")
+	require.Equal(t, "Claim runner-data-test-vm-0 names StorageClass fast, which does not exist. "+
+		"Create the class, or name one of kubectl get storageclass: see "+DocsStorage, c.Message)
 
-	// VM-Operator's example disk: no class, and no volume matches.
-	c = explain(claim("runner-data-test-vm-0", class("local-dir"), corev1.ClaimBound), claim("system-disk-test-vm-0", class(""), corev1.ClaimPending))
+	// A disk without a class, and no volume matches.
+	c = explain(claim("system-disk-test-vm-0", ptr.To(""), corev1.ClaimPending))
 	require.Equal(t, v1.ReasonClaimPending, c.Reason)
 	require.Equal(t, `Claim system-disk-test-vm-0 has storageClassName "", so only a PersistentVolume without a class binds it, and none that matches it `+
 		`(size, access mode, volume mode, selector) is available. Create one: see `+DocsStorage, c.Message)
 
-	c = explain(claim(render.ImageRepositoryClaim, class("rook-cephfs"), corev1.ClaimPending))
+	c = explain(system, of(claim(render.ImageRepositoryClaim, nil, corev1.ClaimPending), immediate))
 	require.Equal(t, v1.ReasonClaimPending, c.Reason)
-	require.Equal(t, "Claim vmop-image-repository of StorageClass rook-cephfs is not bound. Check that the class exists (kubectl get storageclass) "+
-		"and that its provisioner runs (kubectl describe pvc -n vmop-demo vmop-image-repository): see "+DocsStorage, c.Message)
+	require.Equal(t, "Claim vmop-image-repository of StorageClass rook-cephfs is not bound. Check that the class's provisioner "+
+		"(rook-ceph.cephfs.csi.ceph.com) runs: kubectl describe pvc -n vmop-demo vmop-image-repository: see "+DocsStorage, c.Message)
 
-	// Bound since the scheduler's try (a provisioner was quick): its
+	// Bound since the scheduler's try (a provisioner was quick), waiting
+	// for a node, or of a class the user may not read: the scheduler's
 	// words stand until it tries again.
-	c = explain(claim("runner-data-test-vm-0", nil, corev1.ClaimBound))
+	unknown := claim("runner-data-test-vm-0", ptr.To("secret-class"), corev1.ClaimPending)
+	unknown.ClassUnknown = true
+	c = explain(claim("runner-data-test-vm-0", nil, corev1.ClaimBound), system, unknown)
 	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
 	require.Equal(t, schedUnbound, c.Message)
 
@@ -315,25 +333,43 @@ func TestExplainClaims(t *testing.T) {
 	pulling := FromPod(&corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
 		Name: render.ContainerRunner, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull"}},
 	}}}}, true, "")
-	pulling.ExplainClaims([]corev1.PersistentVolumeClaim{claim("runner-data-test-vm-0", nil, corev1.ClaimPending)})
+	pulling.ExplainClaims([]Claim{claim("runner-data-test-vm-0", nil, corev1.ClaimPending)})
 	require.Equal(t, v1.ReasonImagePull, pulling.Failed.Reason)
 }
 
 func TestClaims(t *testing.T) {
 	pod := waitingPod(schedUnbound)
-	kube := fake.NewClientset(
-		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "runner-data-test-vm-0", Namespace: "vmop-demo"}},
-		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "system-disk-test-vm-0", Namespace: "vmop-demo"}},
-		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "system-disk-test-vm-0", Namespace: "other"}},
+	pvc := func(ns, name string, class *string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: class}}
+	}
+	local := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-dir"}}
+	kube := fake.NewClientset(local,
+		pvc("vmop-demo", "runner-data-test-vm-0", ptr.To("local-dir")),
+		pvc("vmop-demo", "system-disk-test-vm-0", ptr.To("gone")),
+		pvc("other", "system-disk-test-vm-0", nil),
 	)
 	claims, err := Claims(t.Context(), kube, pod)
 	require.NoError(t, err)
-	var names []string
-	for _, c := range claims {
-		require.Equal(t, "vmop-demo", c.Namespace)
-		names = append(names, c.Name)
-	}
-	require.Equal(t, []string{"runner-data-test-vm-0", "system-disk-test-vm-0"}, names, "the repository does not exist")
+	require.Len(t, claims, 2, "the repository does not exist")
+	require.Equal(t, "runner-data-test-vm-0", claims[0].Name)
+	require.Equal(t, local, claims[0].Class)
+	require.Equal(t, "system-disk-test-vm-0", claims[1].Name)
+	require.Equal(t, "vmop-demo", claims[1].Namespace)
+	require.Nil(t, claims[1].Class, "the class does not exist")
+	require.False(t, claims[1].ClassUnknown)
+
+	// A user who may not read classes still learns of the claims.
+	kube.PrependReactor("get", "storageclasses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(storagev1.Resource("storageclasses"), "local-dir", errors.New("no"))
+	})
+	claims, err = Claims(t.Context(), kube, pod)
+	require.NoError(t, err)
+	require.True(t, claims[0].ClassUnknown)
+	kube.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("etcdserver: request timed out")
+	})
+	_, err = Claims(t.Context(), kube, pod)
+	require.EqualError(t, err, "claim vmop-demo/vmop-image-repository of pod test-vm-0: etcdserver: request timed out")
 
 	claims, err = Claims(t.Context(), kube, waitingPod("0/1 nodes are available: 1 Insufficient cpu."))
 	require.NoError(t, err)
