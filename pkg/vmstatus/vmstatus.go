@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -187,6 +188,9 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 // how a cluster gets it.
 const DocsStorage = "https://github.com/vmop/vmop/blob/main/docs/getting-started.md#storage"
 
+// DocsGitOps is where the docs say what GitOps mode needs.
+const DocsGitOps = "https://github.com/vmop/vmop/blob/main/docs/getting-started.md#2-operator-mode-or-gitops-mode"
+
 // The scheduler's words (k8s.io/kubernetes, plugin VolumeBinding) for a
 // pod whose claims stop it before any node is tried.
 const (
@@ -330,6 +334,42 @@ func claimWaits(c Claim) (msg, reason string) {
 		return fmt.Sprintf("Claim %s of StorageClass %s is not bound. Check that the class's provisioner (%s) runs: kubectl describe pvc -n %s %s",
 			c.Name, *cl, c.Class.Provisioner, c.Namespace, c.Name), v1.ReasonClaimPending
 	}
+}
+
+// EventFailedCreate is the StatefulSet controller's event for a pod it
+// cannot create.
+const EventFailedCreate = "FailedCreate"
+
+// missingAccount finds the account in the API server's refusal of a pod
+// whose ServiceAccount does not exist (admission plugin ServiceAccount).
+var missingAccount = regexp.MustCompile(`error looking up service account ([^/ ]+)/([^: ]+): serviceaccount "[^"]+" not found`)
+
+// CreateFailed is the Failed condition of a VM whose StatefulSet cannot
+// create its pod, from the StatefulSet controller's FailedCreate events
+// among events (the latest counts): admission, quota or a missing
+// ServiceAccount leave no other trace.
+func CreateFailed(events []corev1.Event) (metav1.Condition, bool) {
+	var latest *corev1.Event
+	for i := range events {
+		e := &events[i]
+		if e.Reason != EventFailedCreate || e.InvolvedObject.Kind != "StatefulSet" {
+			continue
+		}
+		if latest == nil || LastSeen(e).After(LastSeen(latest)) {
+			latest = e
+		}
+	}
+	if latest == nil {
+		return metav1.Condition{}, false
+	}
+	if m := missingAccount.FindStringSubmatch(latest.Message); m != nil {
+		return Condition(v1.ConditionFailed, true, v1.ReasonServiceAccountMissing, fmt.Sprintf(
+			"The pod runs as ServiceAccount %s, which namespace %s lacks. Create it and bind it to the ClusterRole vm-runner "+
+				"(kubectl create serviceaccount -n %[2]s %[1]s; kubectl create rolebinding -n %[2]s %[1]s --clusterrole vm-runner --serviceaccount %[2]s:%[1]s), "+
+				"or render the VM without --service-account: see %[3]s",
+			m[2], m[1], DocsGitOps)), true
+	}
+	return Condition(v1.ConditionFailed, true, v1.ReasonPodCreateFailed, latest.Message), true
 }
 
 // waitingFailure is the Failed condition of a container that waits

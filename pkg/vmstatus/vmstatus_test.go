@@ -375,3 +375,37 @@ func TestClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, claims, "nothing read when the scheduler waits for no claim")
 }
+
+func TestCreateFailed(t *testing.T) {
+	event := func(reason, kind, msg string, at int64) corev1.Event {
+		return corev1.Event{
+			Reason: reason, Message: msg, Type: corev1.EventTypeWarning,
+			InvolvedObject: corev1.ObjectReference{Kind: kind, Namespace: "gitops", Name: "guest"},
+			LastTimestamp:  metav1.Unix(at, 0),
+		}
+	}
+	_, ok := CreateFailed(nil)
+	require.False(t, ok)
+	_, ok = CreateFailed([]corev1.Event{event("FailedScheduling", "Pod", "0/1 nodes are available", 1)})
+	require.False(t, ok, "no FailedCreate")
+
+	// The StatefulSet controller's words when the ServiceAccount that
+	// kubectl vm render --service-account named does not exist.
+	noAccount := event(EventFailedCreate, "StatefulSet", `create Pod guest-0 in StatefulSet guest failed error: pods "guest-0" is forbidden: `+
+		`error looking up service account gitops/vm-runner: serviceaccount "vm-runner" not found`, 2)
+	quota := event(EventFailedCreate, "StatefulSet", `create Pod guest-0 in StatefulSet guest failed error: pods "guest-0" is forbidden: `+
+		`exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=0, limited: requests.cpu=500m`, 1)
+	c, ok := CreateFailed([]corev1.Event{noAccount, quota})
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonServiceAccountMissing, c.Reason)
+	require.Equal(t, "The pod runs as ServiceAccount vm-runner, which namespace gitops lacks. Create it and bind it to the ClusterRole vm-runner "+
+		"(kubectl create serviceaccount -n gitops vm-runner; kubectl create rolebinding -n gitops vm-runner --clusterrole vm-runner --serviceaccount gitops:vm-runner), "+
+		"or render the VM without --service-account: see "+DocsGitOps, c.Message)
+
+	// The latest counts: the account was made, then a quota refused.
+	quota.LastTimestamp = metav1.Unix(3, 0)
+	c, ok = CreateFailed([]corev1.Event{noAccount, quota})
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonPodCreateFailed, c.Reason)
+	require.Equal(t, quota.Message, c.Message)
+}

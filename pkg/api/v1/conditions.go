@@ -79,10 +79,13 @@ const (
 	ReasonNoDefaultStorageClass = "NoDefaultStorageClass"
 	// ReasonClaimPending: a claim of the pod that binds before scheduling
 	// finds no volume; the message names it and its class.
-	ReasonClaimPending    = "ClaimPending"
-	ReasonImagePull       = "ImagePullFailed"
-	ReasonContainerCreate = "ContainerCreateFailed"
-	ReasonNoFailure       = "NoFailure"
-	ReasonWarnings        = "Warnings"
-	ReasonNoWarnings      = "NoWarnings"
+	ReasonClaimPending = "ClaimPending"
+	// ReasonServiceAccountMissing: the pod names a ServiceAccount that
+	// does not exist (kubectl vm render --service-account in GitOps mode).
+	ReasonServiceAccountMissing = "ServiceAccountMissing"
+	ReasonImagePull             = "ImagePullFailed"
+	ReasonContainerCreate       = "ContainerCreateFailed"
+	ReasonNoFailure             = "NoFailure"
+	ReasonWarnings              = "Warnings"
+	ReasonNoWarnings            = "NoWarnings"
 )

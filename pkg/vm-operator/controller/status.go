@@ -112,21 +112,13 @@ func warningsCondition(w []string) metav1.Condition {
 // a pod that cannot be created (admission, quota, a missing account)
 // leaves no other trace.
 func (c *Controller) createFailure(ctx context.Context, sts *appsv1.StatefulSet) (metav1.Condition, bool, error) {
-	sel := fields.Set{"involvedObject.uid": string(sts.UID), "reason": "FailedCreate"}.String()
+	sel := fields.Set{"involvedObject.uid": string(sts.UID), "reason": vmstatus.EventFailedCreate}.String()
 	list, err := c.kube.CoreV1().Events(sts.Namespace).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		return metav1.Condition{}, false, fmt.Errorf("events of statefulset %s/%s: %w", sts.Namespace, sts.Name, err)
 	}
-	var latest *corev1.Event
-	for i := range list.Items {
-		if e := &list.Items[i]; latest == nil || vmstatus.LastSeen(e).After(vmstatus.LastSeen(latest)) {
-			latest = e
-		}
-	}
-	if latest == nil {
-		return metav1.Condition{}, false, nil
-	}
-	return vmstatus.Condition(v1.ConditionFailed, true, v1.ReasonPodCreateFailed, latest.Message), true, nil
+	f, ok := vmstatus.CreateFailed(list.Items)
+	return f, ok, nil
 }
 
 // invalidStatus is the status of a VM whose spec cannot be rendered.

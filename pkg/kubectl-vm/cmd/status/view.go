@@ -72,6 +72,10 @@ func Load(ctx context.Context, c *vmclient.Client, vm *vmclient.VM) (*View, erro
 	if v.Events, err = Events(ctx, c, vm, pod); err != nil {
 		return nil, err
 	}
+	if f, ok := vmstatus.CreateFailed(v.Events); ok && vm.Mode == vmclient.ModeGitOps && pod == nil && v.State() == v1.StateRunning {
+		// As the operator reads its StatefulSet's events.
+		v.derived.Failed = f
+	}
 	return v, nil
 }
 
