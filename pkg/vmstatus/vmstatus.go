@@ -1,7 +1,9 @@
-// Package vmstatus derives a VM's conditions from its pod. The operator
-// writes them into the VirtualMachine's status; the plugin computes the
-// same in GitOps mode, where nothing writes a status. One set of rules
-// serves both, so that a VM reads the same either way.
+// Package vmstatus derives a VM's conditions from its pod (and, while
+// the pod waits for them, its claims, or while it cannot be created, its
+// StatefulSet's events). The operator writes them into the
+// VirtualMachine's status; the plugin computes the same in GitOps mode,
+// where nothing writes a status. One set of rules serves both, so that a
+// VM reads the same either way.
 package vmstatus
 
 import (
