@@ -312,7 +312,8 @@ func (c *Conditions) ExplainClaims(claims []Claim) {
 func claimWaits(c Claim) (msg, reason string) {
 	cl := class(&c.PersistentVolumeClaim)
 	switch {
-	case c.Status.Phase != corev1.ClaimPending:
+	// "": new, before the volume controller's first look.
+	case c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "":
 		return "", ""
 	case cl == nil:
 		// Admission gives a claim without a class the default class

@@ -301,6 +301,10 @@ func TestExplainClaims(t *testing.T) {
 		`Mark a StorageClass as the default (annotation storageclass.kubernetes.io/is-default-class: "true"), `+
 		`or on a single node without a storage provisioner apply examples/single-node/storage.yaml: see `+DocsStorage, c.Message)
 
+	// Just made: the volume controller has not set its phase yet.
+	c = explain(system, claim(render.ImageRepositoryClaim, nil, ""))
+	require.Equal(t, v1.ReasonNoDefaultStorageClass, c.Reason)
+
 	// The class of the beta annotation counts as the claim's.
 	beta := claim("runner-data-test-vm-0", nil, corev1.ClaimPending)
 	beta.Annotations = map[string]string{corev1.BetaStorageClassAnnotation: "fast"}
