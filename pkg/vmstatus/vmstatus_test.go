@@ -244,11 +244,12 @@ func waitingPod(message string) *corev1.Pod {
 	}
 }
 
-// The scheduler's words (kube-scheduler 1.37, one node) for a pod whose
+// The scheduler's words (kube-scheduler 1.37 on the test node, one node;
+// the trailing "not found" is its preemption's) for a pod whose
 // claims stop it in PreFilter.
 const (
-	schedRepositoryNotFound = `0/1 nodes are available: persistentvolumeclaim "vmop-image-repository" not found. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`
-	schedUnbound            = `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`
+	schedRepositoryNotFound = `0/1 nodes are available: persistentvolumeclaim "vmop-image-repository" not found. not found`
+	schedUnbound            = `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found`
 )
 
 func TestImageRepositoryMissing(t *testing.T) {
@@ -260,7 +261,7 @@ func TestImageRepositoryMissing(t *testing.T) {
 	require.Nil(t, WaitingClaims(waitingPod(schedRepositoryNotFound)), "the claim is missing, not unbound")
 
 	// Another claim that is missing is not the repository.
-	c, ok = failed(waitingPod(`0/1 nodes are available: persistentvolumeclaim "data" not found. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`))
+	c, ok = failed(waitingPod(`0/1 nodes are available: persistentvolumeclaim "data" not found. not found`))
 	require.True(t, ok)
 	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
 }

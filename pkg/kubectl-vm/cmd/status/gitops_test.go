@@ -76,14 +76,12 @@ func TestGitOpsPrerequisites(t *testing.T) {
 	require.Contains(t, msg, "kubectl create serviceaccount -n vmop-demo vm-runner")
 
 	// The image repository is missing.
-	phase, msg = load(podOf(vm.StatefulSet, `0/1 nodes are available: persistentvolumeclaim "vmop-image-repository" not found. `+
-		`preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`))
+	phase, msg = load(podOf(vm.StatefulSet, `0/1 nodes are available: persistentvolumeclaim "vmop-image-repository" not found. not found`))
 	require.Equal(t, v1.ReasonImageRepositoryMissing, phase)
 	require.Contains(t, msg, "namespace vmop-demo has none")
 
 	// It exists now, but no class is the default: the claims wait.
-	unbound := podOf(vm.StatefulSet, `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. `+
-		`preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`)
+	unbound := podOf(vm.StatefulSet, `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found`)
 	pending := func(name string, class *string) *corev1.PersistentVolumeClaim {
 		return &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: vm.Namespace},
