@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -56,6 +58,7 @@ func TestFirstClusterPrerequisites(t *testing.T) {
 	}
 
 	out := statusSays(v1.ReasonImageRepositoryMissing)
+	t.Log(statusLine(out))
 	require.Contains(t, out, "Status:", "the status line")
 	require.Regexp(t, `Status:\s+ImageRepositoryMissing: The VM has a CD drive, so its pod mounts the namespace's image repository, `+
 		`the PersistentVolumeClaim vmop-image-repository, and namespace newcomer has none\. Create it`, out)
@@ -79,6 +82,7 @@ spec:
 	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{Name: ns + "-images", Size: resource.MustParse("1Gi")}))
 
 	out = statusSays(v1.ReasonNoDefaultStorageClass)
+	t.Log(statusLine(out))
 	require.Regexp(t, `Status:\s+NoDefaultStorageClass: Claim (vmop-image-repository|runner-data-test-vm-0) names no StorageClass `+
 		`and the cluster has no default one`, out)
 	t.Logf("the scheduler: %s", scheduledMessage(t, ns, vm))
@@ -86,7 +90,9 @@ spec:
 	// The way out the message gives: a default class. The volume
 	// controller gives it to the waiting claims, and the VM starts.
 	setDefaultClass(t, "true")
+	fixed := time.Now()
 	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 4*time.Minute))
+	t.Logf("a default class to the guest's first line: %v", time.Since(fixed).Round(time.Millisecond))
 	eventually.Within(t, time.Minute, func() string {
 		out = kubectl(t, "", "vm", "status", "-n", ns, vm)
 		if regexp.MustCompile(`Failed\s+False\s+NoFailure`).MatchString(out) && regexp.MustCompile(`Status:\s+Running`).MatchString(out) {
@@ -121,4 +127,52 @@ func scheduledMessage(t testing.TB, ns, vm string) string {
 		}
 	}
 	return ""
+}
+
+// statusLine is the Status line of kubectl vm status's output.
+func statusLine(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "Status:") {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestFirstClusterGitOpsAccount: in GitOps mode, a VM rendered with
+// --service-account before the account exists gets no pod; kubectl vm
+// status, with no operator, names the account and how to make it, and
+// once it is made as it says, the VM boots.
+func TestFirstClusterGitOpsAccount(t *testing.T) {
+	const ns, vm, account = "newcomer-gitops", "guest", "vm-runner"
+	// The ClusterRole vm-runner that the account is bound to.
+	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	createNamespace(t, ns)
+	addGuestDisk(t, ns, vm)
+	addImageRepository(t, ns)
+	file := filepath.Join(t.TempDir(), "vm.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: Running", 1)), 0o644))
+	rendered := kubectl(t, "", "vm", "render", "--service-account", account, "-f", file)
+	kubectl(t, rendered, "apply", "-f", "-")
+
+	var out string
+	eventually.Within(t, 2*time.Minute, func() string {
+		out = kubectl(t, "", "vm", "status", "-n", ns, vm)
+		if strings.Contains(out, "Status:") && strings.Contains(statusLine(out), v1.ReasonServiceAccountMissing) {
+			return ""
+		}
+		return "kubectl vm status does not show " + v1.ReasonServiceAccountMissing + " (yet):\n" + out
+	})
+	t.Log(statusLine(out))
+	require.Regexp(t, `Mode:\s+gitops`, out)
+	require.Contains(t, statusLine(out), "The pod runs as ServiceAccount vm-runner, which namespace newcomer-gitops lacks.")
+
+	// What the message says to run.
+	kubectl(t, "", "create", "serviceaccount", "-n", ns, account)
+	kubectl(t, "", "create", "rolebinding", "-n", ns, account, "--clusterrole", "vm-runner", "--serviceaccount", ns+":"+account)
+	fixed := time.Now()
+	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 4*time.Minute))
+	t.Logf("the account to the guest's first line: %v", time.Since(fixed).Round(time.Millisecond))
+	require.Regexp(t, `Status:\s+Running`, kubectl(t, "", "vm", "status", "-n", ns, vm))
+	kubectl(t, rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
 }
