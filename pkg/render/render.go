@@ -626,7 +626,9 @@ func image(im *v1.Image) string {
 }
 
 // usesImageRepository: CD images and disk sources may be files of the
-// image repository.
+// image repository. Any CD drive needs it, an empty one too: its medium
+// changes live (kubectl vm cdrom insert), and a pod's volumes only when
+// the VM restarts.
 func usesImageRepository(v *v1.VMSpec) bool {
 	for _, d := range v.Disks {
 		if d.CDROM != nil || d.Source != nil && d.Source.File != "" {

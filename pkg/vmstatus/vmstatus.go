@@ -1,17 +1,25 @@
-// Package vmstatus derives a VM's conditions from its pod. The operator
-// writes them into the VirtualMachine's status; the plugin computes the
-// same in GitOps mode, where nothing writes a status. One set of rules
-// serves both, so that a VM reads the same either way.
+// Package vmstatus derives a VM's conditions from its pod (and, while
+// the pod waits for them, its claims, or while it cannot be created, its
+// StatefulSet's events). The operator writes them into the
+// VirtualMachine's status; the plugin computes the same in GitOps mode,
+// where nothing writes a status. One set of rules serves both, so that a
+// VM reads the same either way.
 package vmstatus
 
 import (
 	"cmp"
+	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
@@ -172,12 +180,199 @@ func podFailure(pod *corev1.Pod) (metav1.Condition, bool) {
 			return runnerFailed(cs.LastTerminationState.Terminated, cs.RestartCount), true
 		}
 	}
-	for _, pc := range pod.Status.Conditions {
-		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {
-			return Condition(v1.ConditionFailed, true, v1.ReasonUnschedulable, pc.Message), true
-		}
+	if pc := unscheduled(pod); pc != nil {
+		return unschedulable(pod.Namespace, pc.Message), true
 	}
 	return metav1.Condition{}, false
+}
+
+// DocsStorage is where the docs say what storage a VM's pod claims and
+// how a cluster gets it.
+const DocsStorage = "https://github.com/vmop/vmop/blob/main/docs/getting-started.md#storage"
+
+// DocsGitOps is where the docs say what GitOps mode needs.
+const DocsGitOps = "https://github.com/vmop/vmop/blob/main/docs/getting-started.md#2-operator-mode-or-gitops-mode"
+
+// The scheduler's words (k8s.io/kubernetes, plugin VolumeBinding) for a
+// pod whose claims stop it before any node is tried.
+const (
+	schedClaimNotFound = "persistentvolumeclaim %q not found"
+	schedUnboundClaims = "pod has unbound immediate PersistentVolumeClaims"
+)
+
+// unscheduled is the pod's PodScheduled condition while no node takes
+// it, nil otherwise.
+func unscheduled(pod *corev1.Pod) *corev1.PodCondition {
+	for i, pc := range pod.Status.Conditions {
+		if pc.Type == corev1.PodScheduled && pc.Status == corev1.ConditionFalse && pc.Reason == corev1.PodReasonUnschedulable {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// unschedulable is the Failed condition of a pod that no node takes: the
+// scheduler's words, or what to create when the missing piece is one
+// vmop asks of the namespace, the image repository.
+func unschedulable(namespace, msg string) metav1.Condition {
+	if strings.Contains(msg, fmt.Sprintf(schedClaimNotFound, render.ImageRepositoryClaim)) {
+		return Condition(v1.ConditionFailed, true, v1.ReasonImageRepositoryMissing, fmt.Sprintf(
+			"The VM has a CD drive, so its pod mounts the namespace's image repository, the PersistentVolumeClaim %s, "+
+				"and namespace %s has none. Create it, even for an empty drive (media are inserted into a running VM from it): see %s",
+			render.ImageRepositoryClaim, namespace, DocsStorage))
+	}
+	return Condition(v1.ConditionFailed, true, v1.ReasonUnschedulable, msg)
+}
+
+// WaitingClaims are the claims that pod mounts when the scheduler says
+// it waits for claims to be bound, nil otherwise: ExplainClaims reads
+// them.
+func WaitingClaims(pod *corev1.Pod) []string {
+	if pod == nil {
+		return nil
+	}
+	if pc := unscheduled(pod); pc == nil || !strings.Contains(pc.Message, schedUnboundClaims) {
+		return nil
+	}
+	var names []string
+	for _, vol := range pod.Spec.Volumes {
+		if c := vol.PersistentVolumeClaim; c != nil {
+			names = append(names, c.ClaimName)
+		}
+	}
+	return names
+}
+
+// Claim is a claim the pod waits for, with what its class tells.
+type Claim struct {
+	corev1.PersistentVolumeClaim
+	// Class is the StorageClass the claim names; nil when it names none,
+	// the class does not exist, or it could not be read.
+	Class *storagev1.StorageClass
+	// ClassUnknown: the class could not be read (no right to).
+	ClassUnknown bool
+}
+
+// class is the StorageClass a claim names (the beta annotation first,
+// as the volume controller reads it), nil when it names none.
+func class(pvc *corev1.PersistentVolumeClaim) *string {
+	if a, ok := pvc.Annotations[corev1.BetaStorageClassAnnotation]; ok {
+		return &a
+	}
+	return pvc.Spec.StorageClassName
+}
+
+// Claims reads those of WaitingClaims(pod) that exist, and their
+// classes, for ExplainClaims.
+func Claims(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) ([]Claim, error) {
+	var claims []Claim
+	for _, name := range WaitingClaims(pod) {
+		pvc, err := kube.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("claim %s/%s of pod %s: %w", pod.Namespace, name, pod.Name, err)
+		}
+		c := Claim{PersistentVolumeClaim: *pvc}
+		if cl := class(pvc); cl != nil && *cl != "" {
+			c.Class, err = kube.StorageV1().StorageClasses().Get(ctx, *cl, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				c.Class = nil
+			case apierrors.IsForbidden(err):
+				c.Class, c.ClassUnknown = nil, true
+			case err != nil:
+				return nil, fmt.Errorf("storage class %s of claim %s/%s: %w", *cl, pod.Namespace, name, err)
+			}
+		}
+		claims = append(claims, c)
+	}
+	return claims, nil
+}
+
+// ExplainClaims makes the Failed condition of a pod that waits for its
+// claims (WaitingClaims) name the first one that keeps it waiting and
+// what it needs; claims are from Claims. Claims bound meanwhile leave the
+// scheduler's words, which its next try replaces.
+func (c *Conditions) ExplainClaims(claims []Claim) {
+	if c.Failed.Reason != v1.ReasonUnschedulable {
+		return
+	}
+	for _, pvc := range claims {
+		if msg, reason := claimWaits(pvc); msg != "" {
+			c.Failed = Condition(v1.ConditionFailed, true, reason, msg+": see "+DocsStorage)
+			return
+		}
+	}
+}
+
+// claimWaits says why a claim keeps its pod from being scheduled, and the
+// Failed condition's reason; "" when it does not.
+func claimWaits(c Claim) (msg, reason string) {
+	cl := class(&c.PersistentVolumeClaim)
+	switch {
+	// "": new, before the volume controller's first look.
+	case c.Status.Phase != corev1.ClaimPending && c.Status.Phase != "":
+		return "", ""
+	case cl == nil:
+		// Admission gives a claim without a class the default class
+		// when one exists, and the volume controller does when one is
+		// made later: without a class, there is none.
+		return fmt.Sprintf("Claim %s names no StorageClass and the cluster has no default one, so nothing binds it. "+
+			"Mark a StorageClass as the default (annotation storageclass.kubernetes.io/is-default-class: \"true\"), "+
+			"or on a single node without a storage provisioner apply examples/single-node/storage.yaml", c.Name), v1.ReasonNoDefaultStorageClass
+	case *cl == "":
+		return fmt.Sprintf("Claim %s has storageClassName \"\", so only a PersistentVolume without a class binds it, and none that matches it "+
+			"(size, access mode, volume mode, selector) is available. Create one", c.Name), v1.ReasonClaimPending
+	case c.ClassUnknown:
+		return "", ""
+	case c.Class == nil:
+		return fmt.Sprintf("Claim %s names StorageClass %s, which does not exist. Create the class, or name one of kubectl get storageclass",
+			c.Name, *cl), v1.ReasonClaimPending
+	case ptr.Deref(c.Class.VolumeBindingMode, storagev1.VolumeBindingImmediate) == storagev1.VolumeBindingWaitForFirstConsumer:
+		// Bound once a node is chosen: pending is its due state.
+		return "", ""
+	default:
+		return fmt.Sprintf("Claim %s of StorageClass %s is not bound. Check that the class's provisioner (%s) runs: kubectl describe pvc -n %s %s",
+			c.Name, *cl, c.Class.Provisioner, c.Namespace, c.Name), v1.ReasonClaimPending
+	}
+}
+
+// EventFailedCreate is the StatefulSet controller's event for a pod it
+// cannot create.
+const EventFailedCreate = "FailedCreate"
+
+// missingAccount finds the account in the API server's refusal of a pod
+// whose ServiceAccount does not exist (admission plugin ServiceAccount).
+var missingAccount = regexp.MustCompile(`error looking up service account ([^/ ]+)/([^: ]+): serviceaccount "[^"]+" not found`)
+
+// CreateFailed is the Failed condition of a VM whose StatefulSet cannot
+// create its pod, from the StatefulSet controller's FailedCreate events
+// among events (the latest counts): admission, quota or a missing
+// ServiceAccount leave no other trace.
+func CreateFailed(events []corev1.Event) (metav1.Condition, bool) {
+	var latest *corev1.Event
+	for i := range events {
+		e := &events[i]
+		if e.Reason != EventFailedCreate || e.InvolvedObject.Kind != "StatefulSet" {
+			continue
+		}
+		if latest == nil || LastSeen(e).After(LastSeen(latest)) {
+			latest = e
+		}
+	}
+	if latest == nil {
+		return metav1.Condition{}, false
+	}
+	if m := missingAccount.FindStringSubmatch(latest.Message); m != nil {
+		return Condition(v1.ConditionFailed, true, v1.ReasonServiceAccountMissing, fmt.Sprintf(
+			"The pod runs as ServiceAccount %s, which namespace %s lacks. Create it and bind it to the ClusterRole vm-runner "+
+				"(kubectl create serviceaccount -n %[2]s %[1]s; kubectl create rolebinding -n %[2]s %[1]s --clusterrole vm-runner --serviceaccount %[2]s:%[1]s), "+
+				"or render the VM without --service-account: see %[3]s",
+			m[2], m[1], DocsGitOps)), true
+	}
+	return Condition(v1.ConditionFailed, true, v1.ReasonPodCreateFailed, latest.Message), true
 }
 
 // waitingFailure is the Failed condition of a container that waits

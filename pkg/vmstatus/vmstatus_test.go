@@ -1,11 +1,18 @@
 package vmstatus
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
@@ -212,4 +219,198 @@ func TestContainerDiskFailure(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, v1.ReasonImportFailed, c.Reason)
 	require.Equal(t, words+" (0 restarts).", c.Message)
+}
+
+// waitingPod is the pod of VM-Operator's example VM (a CD drive, a
+// system disk, the runner's data) as the scheduler leaves it with
+// message; its volumes are those the StatefulSet controller gives it.
+func waitingPod(message string) *corev1.Pod {
+	claim := func(name string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name},
+		}}
+	}
+	repo := claim(render.VolumeImageRepository)
+	repo.PersistentVolumeClaim.ClaimName = render.ImageRepositoryClaim
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-vm-0", Namespace: "vmop-demo"},
+		Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+			{Name: render.VolumeConfig, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+			repo, claim("runner-data-test-vm-0"), claim("system-disk-test-vm-0"),
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
+		}}},
+	}
+}
+
+// The scheduler's words (kube-scheduler 1.37 on the test node, one node;
+// the trailing "not found" is its preemption's) for a pod whose
+// claims stop it in PreFilter.
+const (
+	schedRepositoryNotFound = `0/1 nodes are available: persistentvolumeclaim "vmop-image-repository" not found. not found`
+	schedUnbound            = `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found`
+)
+
+func TestImageRepositoryMissing(t *testing.T) {
+	c, ok := failed(waitingPod(schedRepositoryNotFound))
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonImageRepositoryMissing, c.Reason)
+	require.Equal(t, "The VM has a CD drive, so its pod mounts the namespace's image repository, the PersistentVolumeClaim vmop-image-repository, "+
+		"and namespace vmop-demo has none. Create it, even for an empty drive (media are inserted into a running VM from it): see "+DocsStorage, c.Message)
+	require.Nil(t, WaitingClaims(waitingPod(schedRepositoryNotFound)), "the claim is missing, not unbound")
+
+	// Another claim that is missing is not the repository.
+	c, ok = failed(waitingPod(`0/1 nodes are available: persistentvolumeclaim "data" not found. not found`))
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
+}
+
+func TestExplainClaims(t *testing.T) {
+	pod := waitingPod(schedUnbound)
+	require.Equal(t, []string{render.ImageRepositoryClaim, "runner-data-test-vm-0", "system-disk-test-vm-0"}, WaitingClaims(pod))
+	require.Nil(t, WaitingClaims(waitingPod("0/1 nodes are available: 1 Insufficient cpu.")), "the scheduler waits for no claim")
+	require.Nil(t, WaitingClaims(nil))
+
+	immediate := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "rook-cephfs"}, Provisioner: "rook-ceph.cephfs.csi.ceph.com"}
+	late := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-block"}, Provisioner: "kubernetes.io/no-provisioner",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	claim := func(name string, class *string, phase corev1.PersistentVolumeClaimPhase) Claim {
+		return Claim{PersistentVolumeClaim: corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "vmop-demo"},
+			Spec:       corev1.PersistentVolumeClaimSpec{StorageClassName: class},
+			Status:     corev1.PersistentVolumeClaimStatus{Phase: phase},
+		}}
+	}
+	of := func(c Claim, sc *storagev1.StorageClass) Claim {
+		c.Spec.StorageClassName, c.Class = &sc.Name, sc
+		return c
+	}
+	explain := func(claims ...Claim) metav1.Condition {
+		c := FromPod(pod, true, "")
+		c.ExplainClaims(claims)
+		require.Equal(t, metav1.ConditionTrue, c.Failed.Status)
+		return c.Failed
+	}
+	// VM-Operator's example disk waits for its node, as it should.
+	system := of(claim("system-disk-test-vm-0", nil, corev1.ClaimPending), late)
+
+	// No default class: admission left the runner's data without one.
+	c := explain(system, claim("runner-data-test-vm-0", nil, corev1.ClaimPending))
+	require.Equal(t, v1.ReasonNoDefaultStorageClass, c.Reason)
+	require.Equal(t, `Claim runner-data-test-vm-0 names no StorageClass and the cluster has no default one, so nothing binds it. `+
+		`Mark a StorageClass as the default (annotation storageclass.kubernetes.io/is-default-class: "true"), `+
+		`or on a single node without a storage provisioner apply examples/single-node/storage.yaml: see `+DocsStorage, c.Message)
+
+	// Just made: the volume controller has not set its phase yet.
+	c = explain(system, claim(render.ImageRepositoryClaim, nil, ""))
+	require.Equal(t, v1.ReasonNoDefaultStorageClass, c.Reason)
+
+	// The class of the beta annotation counts as the claim's.
+	beta := claim("runner-data-test-vm-0", nil, corev1.ClaimPending)
+	beta.Annotations = map[string]string{corev1.BetaStorageClassAnnotation: "fast"}
+	c = explain(beta)
+	require.Equal(t, v1.ReasonClaimPending, c.Reason)
+	require.Equal(t, "Claim runner-data-test-vm-0 names StorageClass fast, which does not exist. "+
+		"Create the class, or name one of kubectl get storageclass: see "+DocsStorage, c.Message)
+
+	// A disk without a class, and no volume matches.
+	c = explain(claim("system-disk-test-vm-0", ptr.To(""), corev1.ClaimPending))
+	require.Equal(t, v1.ReasonClaimPending, c.Reason)
+	require.Equal(t, `Claim system-disk-test-vm-0 has storageClassName "", so only a PersistentVolume without a class binds it, and none that matches it `+
+		`(size, access mode, volume mode, selector) is available. Create one: see `+DocsStorage, c.Message)
+
+	c = explain(system, of(claim(render.ImageRepositoryClaim, nil, corev1.ClaimPending), immediate))
+	require.Equal(t, v1.ReasonClaimPending, c.Reason)
+	require.Equal(t, "Claim vmop-image-repository of StorageClass rook-cephfs is not bound. Check that the class's provisioner "+
+		"(rook-ceph.cephfs.csi.ceph.com) runs: kubectl describe pvc -n vmop-demo vmop-image-repository: see "+DocsStorage, c.Message)
+
+	// Bound since the scheduler's try (a provisioner was quick), waiting
+	// for a node, or of a class the user may not read: the scheduler's
+	// words stand until it tries again.
+	unknown := claim("runner-data-test-vm-0", ptr.To("secret-class"), corev1.ClaimPending)
+	unknown.ClassUnknown = true
+	c = explain(claim("runner-data-test-vm-0", nil, corev1.ClaimBound), system, unknown)
+	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
+	require.Equal(t, schedUnbound, c.Message)
+
+	// Another failure is not the claims'.
+	pulling := FromPod(&corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+		Name: render.ContainerRunner, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull"}},
+	}}}}, true, "")
+	pulling.ExplainClaims([]Claim{claim("runner-data-test-vm-0", nil, corev1.ClaimPending)})
+	require.Equal(t, v1.ReasonImagePull, pulling.Failed.Reason)
+}
+
+func TestClaims(t *testing.T) {
+	pod := waitingPod(schedUnbound)
+	pvc := func(ns, name string, class *string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: class}}
+	}
+	local := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local-dir"}}
+	kube := fake.NewClientset(local,
+		pvc("vmop-demo", "runner-data-test-vm-0", ptr.To("local-dir")),
+		pvc("vmop-demo", "system-disk-test-vm-0", ptr.To("gone")),
+		pvc("other", "system-disk-test-vm-0", nil),
+	)
+	claims, err := Claims(t.Context(), kube, pod)
+	require.NoError(t, err)
+	require.Len(t, claims, 2, "the repository does not exist")
+	require.Equal(t, "runner-data-test-vm-0", claims[0].Name)
+	require.Equal(t, local, claims[0].Class)
+	require.Equal(t, "system-disk-test-vm-0", claims[1].Name)
+	require.Equal(t, "vmop-demo", claims[1].Namespace)
+	require.Nil(t, claims[1].Class, "the class does not exist")
+	require.False(t, claims[1].ClassUnknown)
+
+	// A user who may not read classes still learns of the claims.
+	kube.PrependReactor("get", "storageclasses", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(storagev1.Resource("storageclasses"), "local-dir", errors.New("no"))
+	})
+	claims, err = Claims(t.Context(), kube, pod)
+	require.NoError(t, err)
+	require.True(t, claims[0].ClassUnknown)
+	kube.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("etcdserver: request timed out")
+	})
+	_, err = Claims(t.Context(), kube, pod)
+	require.EqualError(t, err, "claim vmop-demo/vmop-image-repository of pod test-vm-0: etcdserver: request timed out")
+
+	claims, err = Claims(t.Context(), kube, waitingPod("0/1 nodes are available: 1 Insufficient cpu."))
+	require.NoError(t, err)
+	require.Empty(t, claims, "nothing read when the scheduler waits for no claim")
+}
+
+func TestCreateFailed(t *testing.T) {
+	event := func(reason, kind, msg string, at int64) corev1.Event {
+		return corev1.Event{
+			Reason: reason, Message: msg, Type: corev1.EventTypeWarning,
+			InvolvedObject: corev1.ObjectReference{Kind: kind, Namespace: "gitops", Name: "guest"},
+			LastTimestamp:  metav1.Unix(at, 0),
+		}
+	}
+	_, ok := CreateFailed(nil)
+	require.False(t, ok)
+	_, ok = CreateFailed([]corev1.Event{event("FailedScheduling", "Pod", "0/1 nodes are available", 1)})
+	require.False(t, ok, "no FailedCreate")
+
+	// The StatefulSet controller's words when the ServiceAccount that
+	// kubectl vm render --service-account named does not exist.
+	noAccount := event(EventFailedCreate, "StatefulSet", `create Pod guest-0 in StatefulSet guest failed error: pods "guest-0" is forbidden: `+
+		`error looking up service account gitops/vm-runner: serviceaccount "vm-runner" not found`, 2)
+	quota := event(EventFailedCreate, "StatefulSet", `create Pod guest-0 in StatefulSet guest failed error: pods "guest-0" is forbidden: `+
+		`exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=0, limited: requests.cpu=500m`, 1)
+	c, ok := CreateFailed([]corev1.Event{noAccount, quota})
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonServiceAccountMissing, c.Reason)
+	require.Equal(t, "The pod runs as ServiceAccount vm-runner, which namespace gitops lacks. Create it and bind it to the ClusterRole vm-runner "+
+		"(kubectl create serviceaccount -n gitops vm-runner; kubectl create rolebinding -n gitops vm-runner --clusterrole vm-runner --serviceaccount gitops:vm-runner), "+
+		"or render the VM without --service-account: see "+DocsGitOps, c.Message)
+
+	// The latest counts: the account was made, then a quota refused.
+	quota.LastTimestamp = metav1.Unix(3, 0)
+	c, ok = CreateFailed([]corev1.Event{noAccount, quota})
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonPodCreateFailed, c.Reason)
+	require.Equal(t, quota.Message, c.Message)
 }

@@ -68,11 +68,24 @@ const (
 	// ReasonImportFailed: a disk could not be filled from its source
 	// image (vm-runner import, the pod's init container, failed); the
 	// message is its error, which names the disk and the cause.
-	ReasonImportFailed    = "ImportFailed"
-	ReasonUnschedulable   = "Unschedulable"
-	ReasonImagePull       = "ImagePullFailed"
-	ReasonContainerCreate = "ContainerCreateFailed"
-	ReasonNoFailure       = "NoFailure"
-	ReasonWarnings        = "Warnings"
-	ReasonNoWarnings      = "NoWarnings"
+	ReasonImportFailed  = "ImportFailed"
+	ReasonUnschedulable = "Unschedulable"
+	// ReasonImageRepositoryMissing: the pod of a VM with a CD drive mounts
+	// the namespace's claim vmop-image-repository, which does not exist.
+	ReasonImageRepositoryMissing = "ImageRepositoryMissing"
+	// ReasonNoDefaultStorageClass: a claim of the pod names no
+	// StorageClass (the runner's data always) and the cluster has no
+	// default one to give it.
+	ReasonNoDefaultStorageClass = "NoDefaultStorageClass"
+	// ReasonClaimPending: a claim of the pod that binds before scheduling
+	// finds no volume; the message names it and its class.
+	ReasonClaimPending = "ClaimPending"
+	// ReasonServiceAccountMissing: the pod names a ServiceAccount that
+	// does not exist (kubectl vm render --service-account in GitOps mode).
+	ReasonServiceAccountMissing = "ServiceAccountMissing"
+	ReasonImagePull             = "ImagePullFailed"
+	ReasonContainerCreate       = "ContainerCreateFailed"
+	ReasonNoFailure             = "NoFailure"
+	ReasonWarnings              = "Warnings"
+	ReasonNoWarnings            = "NoWarnings"
 )

@@ -225,8 +225,15 @@ func trim(obj any) (any, error) {
 	case *corev1.Service:
 		o.Spec, o.Status = corev1.ServiceSpec{}, corev1.ServiceStatus{}
 	case *corev1.Pod:
-		// The status and the node tell how the VM runs.
-		o.Spec = corev1.PodSpec{NodeName: o.Spec.NodeName}
+		// The status and the node tell how the VM runs; the claims, what
+		// an unscheduled pod waits for (vmstatus.WaitingClaims).
+		spec := corev1.PodSpec{NodeName: o.Spec.NodeName}
+		for _, v := range o.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil {
+				spec.Volumes = append(spec.Volumes, v)
+			}
+		}
+		o.Spec = spec
 	}
 	return obj, nil
 }

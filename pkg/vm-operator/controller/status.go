@@ -59,6 +59,12 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 		st.Node = pod.Spec.NodeName
 	}
 	conds := vmstatus.FromPod(pod, want, objs.StatefulSet.Spec.Template.Annotations[render.AnnotationRestartHash])
+	// Read only while the scheduler waits for claims: not cached.
+	claims, err := vmstatus.Claims(ctx, c.kube, pod)
+	if err != nil {
+		return opStatus{}, 0, err
+	}
+	conds.ExplainClaims(claims)
 	var requeue time.Duration
 	if pod == nil && want {
 		// No event tells of a pod that cannot be created: look again.
@@ -106,21 +112,13 @@ func warningsCondition(w []string) metav1.Condition {
 // a pod that cannot be created (admission, quota, a missing account)
 // leaves no other trace.
 func (c *Controller) createFailure(ctx context.Context, sts *appsv1.StatefulSet) (metav1.Condition, bool, error) {
-	sel := fields.Set{"involvedObject.uid": string(sts.UID), "reason": "FailedCreate"}.String()
+	sel := fields.Set{"involvedObject.uid": string(sts.UID), "reason": vmstatus.EventFailedCreate}.String()
 	list, err := c.kube.CoreV1().Events(sts.Namespace).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		return metav1.Condition{}, false, fmt.Errorf("events of statefulset %s/%s: %w", sts.Namespace, sts.Name, err)
 	}
-	var latest *corev1.Event
-	for i := range list.Items {
-		if e := &list.Items[i]; latest == nil || vmstatus.LastSeen(e).After(vmstatus.LastSeen(latest)) {
-			latest = e
-		}
-	}
-	if latest == nil {
-		return metav1.Condition{}, false, nil
-	}
-	return vmstatus.Condition(v1.ConditionFailed, true, v1.ReasonPodCreateFailed, latest.Message), true, nil
+	f, ok := vmstatus.CreateFailed(list.Items)
+	return f, ok, nil
 }
 
 // invalidStatus is the status of a VM whose spec cannot be rendered.

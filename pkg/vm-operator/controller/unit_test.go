@@ -53,19 +53,25 @@ func TestWriteCache(t *testing.T) {
 }
 
 func TestTrimKeepsWhatTheOperatorReads(t *testing.T) {
+	repository := corev1.Volume{Name: render.VolumeImageRepository, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: render.ImageRepositoryClaim},
+	}}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Annotations:   map[string]string{render.AnnotationRestartHash: "r", corev1.LastAppliedConfigAnnotation: "{}"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "x"}},
 		},
-		Spec:   corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "runner"}}},
+		Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "runner"}}, Volumes: []corev1.Volume{
+			{Name: render.VolumeConfig, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+			repository,
+		}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	_, err := trim(pod)
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{render.AnnotationRestartHash: "r"}, pod.Annotations)
 	require.Nil(t, pod.ManagedFields)
-	require.Equal(t, corev1.PodSpec{NodeName: "n"}, pod.Spec)
+	require.Equal(t, corev1.PodSpec{NodeName: "n", Volumes: []corev1.Volume{repository}}, pod.Spec, "the claims tell what a pod waits for")
 	require.Equal(t, corev1.PodRunning, pod.Status.Phase)
 
 	sts := &appsv1.StatefulSet{

@@ -60,8 +60,21 @@ func Load(ctx context.Context, c *vmclient.Client, vm *vmclient.VM) (*View, erro
 		}
 	}
 	v := NewView(vm, pod, cm)
+	if vm.Mode == vmclient.ModeGitOps {
+		// What the operator reads for its status, so that both modes
+		// name a claim that keeps the VM from starting.
+		claims, err := vmstatus.Claims(ctx, c.Kube, pod)
+		if err != nil {
+			return nil, c.Explain(err)
+		}
+		v.derived.ExplainClaims(claims)
+	}
 	if v.Events, err = Events(ctx, c, vm, pod); err != nil {
 		return nil, err
+	}
+	if f, ok := vmstatus.CreateFailed(v.Events); ok && vm.Mode == vmclient.ModeGitOps && pod == nil && v.State() == v1.StateRunning {
+		// As the operator reads its StatefulSet's events.
+		v.derived.Failed = f
 	}
 	return v, nil
 }
