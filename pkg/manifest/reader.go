@@ -185,7 +185,7 @@ func isSeparator(line []byte) bool {
 
 // typeMeta reads the top-level apiVersion and kind of a JSON object, with
 // their names' case as written (encoding/json would also take "Kind"). A
-// value that is not a string is left empty, for the caller to report.
+// value that is not a string reads as empty.
 func typeMeta(js []byte) (apiVersion, kind string, err error) {
 	var tm struct {
 		APIVersion json.RawMessage `json:"apiVersion"`

@@ -45,7 +45,7 @@ func (w *Writer) WriteObject(obj any) error {
 		}
 		return w.writeYAML(y)
 	}
-	b, err := JSON(obj)
+	b, err := manifestJSON(obj)
 	if err != nil {
 		return err
 	}

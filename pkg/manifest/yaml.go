@@ -104,11 +104,11 @@ func CheckUTF8(data []byte) error {
 	return fmt.Errorf("line %d: invalid UTF-8", n)
 }
 
-// JSON returns a Kubernetes object (typed, or a map) as a manifest in
-// encoding/json's form: without its top-level status, which only a
-// cluster writes (typed objects always carry one, e.g. a StatefulSet's
-// "replicas: 0").
-func JSON(obj any) ([]byte, error) {
+// manifestJSON returns a Kubernetes object (typed, or a map) as a
+// manifest in encoding/json's form: without its top-level status, which
+// only a cluster writes (typed objects always carry one, e.g. a
+// StatefulSet's "replicas: 0").
+func manifestJSON(obj any) ([]byte, error) {
 	b, err := json.Marshal(obj)
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func JSON(obj any) ([]byte, error) {
 	return json.Marshal(fields) // with sorted keys, as in YAML
 }
 
-// YAML returns a Kubernetes object as a manifest, as JSON does, in YAML.
+// YAML returns a Kubernetes object as a manifest (no status) in YAML.
 func YAML(obj any) ([]byte, error) { return toYAML(obj, true) }
 
 // Marshal returns a Go value in YAML as kubectl prints it (sorted keys,
