@@ -5,10 +5,12 @@ package manifest
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
+
+	sigsjson "sigs.k8s.io/json"
 )
 
 // Document is one document of a stream.
@@ -181,31 +183,19 @@ func isSeparator(line []byte) bool {
 	return len(rest) == 0 || rest[0] == '#'
 }
 
-// typeMeta reads the top-level apiVersion and kind of a JSON object with
-// the converter's parser, which costs a fraction of encoding/json's.
+// typeMeta reads the top-level apiVersion and kind of a JSON object, with
+// their names' case as written (encoding/json would also take "Kind"). A
+// value that is not a string reads as empty.
 func typeMeta(js []byte) (apiVersion, kind string, err error) {
-	c := converters.Get().(*converter)
-	defer converters.Put(c)
-	c.src, c.pos = js, 0
-	c.nodes, c.kids, c.stack = c.nodes[:0], c.kids[:0], c.stack[:0]
-	root, err := c.parse(0)
-	c.src = nil
-	if err != nil {
+	var tm struct {
+		APIVersion json.RawMessage `json:"apiVersion"`
+		Kind       json.RawMessage `json:"kind"`
+	}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &tm); err != nil {
 		return "", "", err
 	}
-	n := c.nodes[root]
-	for _, k := range c.kids[n.first : n.first+n.n] {
-		child := c.nodes[k]
-		if child.kind != '"' {
-			continue
-		}
-		switch child.key {
-		case "apiVersion":
-			apiVersion = strings.Clone(child.str) // str may share js's bytes
-		case "kind":
-			kind = strings.Clone(child.str)
-		}
-	}
+	_ = json.Unmarshal(tm.APIVersion, &apiVersion)
+	_ = json.Unmarshal(tm.Kind, &kind)
 	return apiVersion, kind, nil
 }
 

@@ -23,8 +23,6 @@ type Writer struct {
 	w      *bufio.Writer
 	format string
 	n      int
-	buf    []byte
-	conv   converter
 }
 
 // NewWriter writes in format to w. Call Close at the end.
@@ -41,23 +39,15 @@ func NewWriter(w io.Writer, format string) (*Writer, error) {
 // without its top-level status, which only a cluster writes.
 func (w *Writer) WriteObject(obj any) error {
 	if w.format == FormatYAML {
-		y, err := w.conv.object(w.buf[:0], obj, true)
+		y, err := YAML(obj)
 		if err != nil {
 			return err
 		}
-		w.buf = y
 		return w.writeYAML(y)
 	}
-	b, err := json.Marshal(obj)
+	b, err := manifestJSON(obj)
 	if err != nil {
 		return err
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(b, &fields); err == nil {
-		delete(fields, "status")
-		if b, err = json.Marshal(fields); err != nil {
-			return err
-		}
 	}
 	return w.writeJSON(b)
 }

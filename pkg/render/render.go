@@ -59,7 +59,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "13"
+const Version = "14"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -257,7 +257,7 @@ func (r *renderer) meta(name string) metav1.ObjectMeta {
 }
 
 func (r *renderer) configMap() (*corev1.ConfigMap, error) {
-	data, err := manifest.ObjectToYAML(r.runnerConfig())
+	data, err := manifest.Marshal(r.runnerConfig())
 	if err != nil {
 		return nil, fmt.Errorf("%s: runner config: %w", r.vm.Name, err)
 	}

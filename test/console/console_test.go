@@ -211,7 +211,7 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 	require.NoError(t, err)
 	f.Runner.DataDir, f.Runner.RuntimeDir = filepath.Join(dir, "data"), filepath.Join(dir, "run")
 	f.Runner.VM.Accelerator = "tcg"
-	cfg, err := manifest.ObjectToYAML(f)
+	cfg, err := manifest.Marshal(f)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(etc, runnerconfig.ConfigFile), cfg, 0o644))
 	std, _, err := templates.Read(templates.Standard)

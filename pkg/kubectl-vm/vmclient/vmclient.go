@@ -185,7 +185,7 @@ func (c *Client) UpdateConfig(ctx context.Context, vm *VM, w io.Writer, change f
 	if err := change(&f.Runner); err != nil {
 		return err
 	}
-	data, err := manifest.ObjectToYAML(f)
+	data, err := manifest.Marshal(f)
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func TestUploaderPod(t *testing.T) {
 	require.NoError(t, err)
 	pod, err := uploaderPod(tg)
 	require.NoError(t, err)
-	out, err := manifest.ObjectToYAML(pod)
+	out, err := manifest.Marshal(pod)
 	require.NoError(t, err)
 	golden.Assert(t, filepath.Join("testdata", "uploader-pod.yaml"), out)
 
@@ -145,7 +145,7 @@ func TestNewClaim(t *testing.T) {
 		for k, v := range sts.Spec.Selector.MatchLabels {
 			require.Equal(t, v, claim.Labels[k])
 		}
-		b, err := manifest.ObjectToYAML(claim)
+		b, err := manifest.Marshal(claim)
 		require.NoError(t, err)
 		out = append(append(out, "---\n"...), b...)
 	}

@@ -230,7 +230,7 @@ func (o *Options) printList(vms []*vmclient.VM) error {
 	var b []byte
 	var err error
 	if o.Output == manifest.FormatYAML {
-		b, err = manifest.ObjectToYAML(list)
+		b, err = manifest.Marshal(list)
 	} else {
 		b, err = json.MarshalIndent(list, "", "    ")
 		b = append(b, '\n')

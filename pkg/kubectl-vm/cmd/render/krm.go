@@ -166,7 +166,7 @@ func toResults(ps []render.Problem, sev framework.Severity, ref *yaml.ResourceId
 }
 
 func toRNode(obj any) (*yaml.RNode, error) {
-	y, err := manifest.ManifestYAML(nil, obj)
+	y, err := manifest.YAML(obj)
 	if err != nil {
 		return nil, err
 	}

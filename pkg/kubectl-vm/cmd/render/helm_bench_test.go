@@ -1,0 +1,181 @@
+package render
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// BenchmarkRenderVsHelm times the kubectl-vm binary's render -f FILE
+// against helm template on a chart (testdata/helm) that writes the same
+// objects for the same VMs: the local-path example with cloud-init user
+// data, so a ConfigMap, a Secret and a StatefulSet each. Helm's values
+// are the VMs' fields, plus what only render computes (hashes, the runner
+// config, resource requests). Both outputs are checked to hold the same
+// objects first. It reports helm's time over render's and each one's per
+// VM, process start included. helm is built once by hack/build-helm.sh.
+func BenchmarkRenderVsHelm(b *testing.B) {
+	out, err := exec.Command("../../../../hack/build-helm.sh").Output()
+	require.NoError(b, err, "hack/build-helm.sh")
+	helm := strings.TrimSpace(string(out))
+	dir := b.TempDir()
+	kubectlVM := filepath.Join(dir, "kubectl-vm")
+	build := exec.Command("go", "build", "-o", kubectlVM, "../../../../cmd/kubectl-vm")
+	build.Stderr = os.Stderr
+	require.NoError(b, build.Run())
+	doc, err := os.ReadFile("../../../../examples/local-path-test-vm.yaml")
+	require.NoError(b, err)
+
+	for _, n := range []int{100, 1000} {
+		vms, values := helmInputs(b, string(doc), n)
+		vmsFile, valuesFile := filepath.Join(dir, "vms.yaml"), filepath.Join(dir, "values.yaml")
+		require.NoError(b, os.WriteFile(vmsFile, vms, 0o644))
+		require.NoError(b, os.WriteFile(valuesFile, values, 0o644))
+		renderCmd := []string{kubectlVM, "render", "-f", vmsFile}
+		// Helm's own directories, so that it reads and writes nothing of the user's.
+		helmCmd := []string{helm, "template", "vms", "testdata/helm", "-f", valuesFile}
+		helmEnv := append(os.Environ(), "HELM_CACHE_HOME="+dir, "HELM_CONFIG_HOME="+dir, "HELM_DATA_HOME="+dir)
+
+		renderOut, helmOut := run(b, renderCmd, nil, nil), run(b, helmCmd, helmEnv, nil)
+		// Helm writes the objects by kind (Secrets first), render by VM.
+		want, got := readObjects(b, renderOut), readObjects(b, helmOut)
+		for _, objs := range [][]map[string]any{want, got} {
+			slices.SortStableFunc(objs, func(x, y map[string]any) int { return strings.Compare(objectKey(x), objectKey(y)) })
+		}
+		require.Len(b, want, 3*n)
+		if diff := cmp.Diff(want, got); diff != "" {
+			b.Fatalf("helm template writes other objects than render (-render +helm):\n%.3000s", diff)
+		}
+
+		b.Run(fmt.Sprintf("vms=%d", n), func(b *testing.B) {
+			devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			require.NoError(b, err)
+			defer devNull.Close()
+			var renderTime, helmTime time.Duration
+			for b.Loop() {
+				start := time.Now()
+				run(b, renderCmd, nil, devNull)
+				renderTime += time.Since(start)
+				start = time.Now()
+				run(b, helmCmd, helmEnv, devNull)
+				helmTime += time.Since(start)
+			}
+			vmRuns := float64(b.N * n)
+			b.ReportMetric(float64(helmTime)/float64(renderTime), "helm/render")
+			b.ReportMetric(float64(renderTime.Nanoseconds())/vmRuns, "render-ns/VM")
+			b.ReportMetric(float64(helmTime.Nanoseconds())/vmRuns, "helm-ns/VM")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// helmInputs returns n VMs as one stream, and the chart's values for them.
+func helmInputs(b *testing.B, doc string, n int) (vms, values []byte) {
+	doc = strings.Replace(doc, "spec:\n", "spec:\n  cloudInit:\n    userData:\n      hostname: test-vm\n"+
+		"      ssh_authorized_keys:\n      - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyOnly admin@example\n", 1)
+	var stream bytes.Buffer
+	var items []map[string]any
+	for i := range n {
+		d := strings.ReplaceAll(doc, "test-vm", fmt.Sprintf("vm-%d", i))
+		stream.WriteString("---\n" + d)
+		js, err := manifest.YAMLToJSON([]byte(d))
+		require.NoError(b, err)
+		vm, err := v1.DecodeJSON(js)
+		require.NoError(b, err)
+		objs, problems, _ := render.FromJSON(js, render.StreamOptions{})
+		require.Empty(b, problems)
+		items = append(items, helmValues(b, vm, objs))
+	}
+	values, err := manifest.Marshal(map[string]any{"vms": items})
+	require.NoError(b, err)
+	return stream.Bytes(), values
+}
+
+// helmValues are one VM's values: its own fields, and what render computes.
+func helmValues(b *testing.B, vm *v1.VirtualMachine, objs *render.Objects) map[string]any {
+	var runner map[string]any
+	require.NoError(b, yaml.Unmarshal([]byte(objs.ConfigMap.Data["config.yaml"]), &runner))
+	meta := string(objs.Secret.Data["meta-data"])
+	instanceID, _, _ := strings.Cut(strings.TrimPrefix(meta, "instance-id: "), "\n")
+	var disks []map[string]any
+	for _, d := range vm.Spec.VM.Disks {
+		if d.VolumeClaimTemplate == nil {
+			continue
+		}
+		disks = append(disks, map[string]any{"name": d.VolumeClaimTemplate.Metadata.Name + "-disk", "spec": d.VolumeClaimTemplate.Spec})
+	}
+	sts := objs.StatefulSet
+	pod := &sts.Spec.Template
+	requests := pod.Spec.Containers[0].Resources.Requests
+	return map[string]any{
+		"name": vm.Name, "namespace": vm.Namespace, "userData": vm.Spec.CloudInit.UserData, "disks": disks,
+		"runner": runner["/Runner"], "instanceID": instanceID,
+		"configMapHash":   objs.ConfigMap.Annotations[render.AnnotationHash],
+		"secretHash":      objs.Secret.Annotations[render.AnnotationHash],
+		"statefulSetHash": sts.Annotations[render.AnnotationHash],
+		"restartHash":     pod.Annotations[render.AnnotationRestartHash],
+		"replicas":        *sts.Spec.Replicas, "image": pod.Spec.Containers[0].Image,
+		"cpu": requests.Cpu().String(), "memory": requests.Memory().String(),
+	}
+}
+
+// run runs a command, with its output to out or returned.
+func run(b *testing.B, argv, env []string, out io.Writer) []byte {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if out != nil {
+		cmd.Stdout = out
+	}
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, stderr.Bytes())
+	}
+	return stdout.Bytes()
+}
+
+func objectKey(obj map[string]any) string {
+	meta, _ := obj["metadata"].(map[string]any)
+	return fmt.Sprint(obj["kind"], "/", meta["namespace"], "/", meta["name"])
+}
+
+// readObjects reads a stream into generic objects, Secrets' data decoded.
+func readObjects(b *testing.B, stream []byte) []map[string]any {
+	r := manifest.NewReader(bytes.NewReader(stream))
+	var objs []map[string]any
+	for {
+		d, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		require.NoError(b, err)
+		var obj map[string]any
+		require.NoError(b, json.Unmarshal(d.JSON, &obj))
+		if data, ok := obj["data"].(map[string]any); ok && d.Kind == "Secret" {
+			for k, v := range data {
+				plain, err := base64.StdEncoding.DecodeString(v.(string))
+				require.NoError(b, err)
+				data[k] = string(plain)
+			}
+		}
+		objs = append(objs, obj)
+	}
+}
