@@ -17,6 +17,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
 
@@ -44,7 +45,7 @@ func FromConfig(ci *runnerconfig.CloudInit, vmName string) (Data, error) {
 	if ci != nil {
 		var err error
 		if len(ci.MetaData) > 0 {
-			if d.MetaData, err = yaml.Marshal(ci.MetaData); err != nil {
+			if d.MetaData, err = manifest.Marshal(ci.MetaData); err != nil {
 				return Data{}, fmt.Errorf("%s: cloudInit.metaData: %w", vmName, err)
 			}
 		}
@@ -52,7 +53,7 @@ func FromConfig(ci *runnerconfig.CloudInit, vmName string) (Data, error) {
 			return Data{}, fmt.Errorf("%s: cloudInit.userData: %w", vmName, err)
 		}
 		if len(ci.NetworkConfig) > 0 {
-			if d.NetworkConfig, err = yaml.Marshal(ci.NetworkConfig); err != nil {
+			if d.NetworkConfig, err = manifest.Marshal(ci.NetworkConfig); err != nil {
 				return Data{}, fmt.Errorf("%s: cloudInit.networkConfig: %w", vmName, err)
 			}
 		}
@@ -83,7 +84,9 @@ func userData(v any) ([]byte, error) {
 	if len(j) == 0 || j[0] != '{' {
 		return nil, fmt.Errorf("must be a string or an object, not %T", v)
 	}
-	y, err := yaml.JSONToYAML(j)
+	// manifest.Marshal, not yaml.JSONToYAML: yaml.v2 refuses to read back
+	// the DEL and C1 characters that encoding/json leaves unescaped.
+	y, err := manifest.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +154,7 @@ func (d *Data) Default(vmName string) error {
 	metaData := d.MetaData
 	if changed {
 		var err error
-		if metaData, err = yaml.Marshal(meta); err != nil {
+		if metaData, err = manifest.Marshal(meta); err != nil {
 			return fmt.Errorf("%s: %w", MetaDataFile, err)
 		}
 	}

@@ -377,3 +377,14 @@ func BenchmarkWriteISO(b *testing.B) {
 		}
 	}
 }
+
+// TestControlCharacters: user data with DEL and C1 characters, which
+// encoding/json leaves unescaped, still becomes a cloud-config.
+func TestControlCharacters(t *testing.T) {
+	s := "a\x7fb\u0085c"
+	y, err := userData(map[string]any{"write_files": []any{map[string]any{"content": s}}})
+	require.NoError(t, err)
+	var back map[string]any
+	require.NoError(t, yaml.Unmarshal(y, &back))
+	require.Equal(t, s, back["write_files"].([]any)[0].(map[string]any)["content"])
+}
