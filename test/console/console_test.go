@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +39,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/reporter"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/plugintest"
 	"github.com/vmop/vmop/test/harness/spicetest"
 	"github.com/vmop/vmop/test/harness/testcluster"
@@ -286,13 +286,6 @@ func eventually(t *testing.T, timeout time.Duration, f func() error) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // vvKey returns the value of key in a .vv file.
 func vvKey(t *testing.T, vv, key string) string {
 	t.Helper()
@@ -304,7 +297,7 @@ func vvKey(t *testing.T, vv, key string) string {
 func TestConsole(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	port := freePort(t)
+	port := freeport.Get(t)
 	vm := e.createVM(fmt.Sprintf(vmManifest, "test-vm", port))
 	objs, err := render.Render(vm, render.Options{})
 	require.NoError(t, err)

@@ -36,6 +36,7 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/vmgen"
 )
@@ -294,7 +295,7 @@ func (q *qemuChecker) localize(t *testing.T, c *runnerconfig.Config, dir string)
 		}
 	}
 	if d := c.VM.Display; d != nil && d.Spice != nil {
-		ports, err := testcluster.FreePorts(1)
+		ports, err := freeport.Ports(1)
 		require.NoError(t, err)
 		d.Spice.Port = int32(ports[0])
 	}

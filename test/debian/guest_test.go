@@ -34,8 +34,8 @@ import (
 	"github.com/vmop/vmop/templates"
 	"github.com/vmop/vmop/test/harness/debianguest"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/statusrecorder"
-	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // mac is the test NIC's address, which the network-config matches.
@@ -92,7 +92,7 @@ func newGuest(t *testing.T) *guest {
 	dir, err := os.MkdirTemp("", "deb")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ports, err := testcluster.FreePorts(1)
+	ports, err := freeport.Ports(1)
 	require.NoError(t, err)
 	g := &guest{t: t, dir: dir, runtime: filepath.Join(dir, "run"), config: filepath.Join(dir, "etc", "config.yaml"),
 		templates: filepath.Join(dir, "templates"), spicePort: ports[0]}

@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -36,6 +35,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -153,7 +153,10 @@ type operator struct {
 // startOperator runs vm-operator with short leader-election timings.
 func (e *env) startOperator(name string, args ...string) *operator {
 	t := e.t
-	port, healthPort := freePort(t), freePort(t)
+	// Held open together: two single look-ups could return the same port.
+	ports, err := freeport.Ports(2)
+	require.NoError(t, err)
+	port, healthPort := ports[0], ports[1]
 	all := append([]string{
 		"--kubeconfig=" + e.kubeconfig,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(port),
@@ -242,13 +245,6 @@ func (o *operator) writesByKind(t testing.TB) map[string]int {
 		out[kind] += int(v)
 	}
 	return out
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // namespace creates a namespace for one test.

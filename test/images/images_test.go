@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,6 +26,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/testcontainerd"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -138,7 +138,7 @@ func TestRunnerImage(t *testing.T) {
 -initrd /guest/initrd
 -append ` + guest.Append + "\n"
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "templates", templates.Standard), []byte(tmpl), 0o644))
-	spice := freePort(t)
+	spice := freeport.Get(t)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "etc", "config.yaml"), fmt.Appendf(nil, `"/Runner":
   runtimeDir: /run/vmrunner
   cloudInit:
@@ -227,7 +227,7 @@ func TestOperatorImage(t *testing.T) {
 	cluster := testcluster.NewWithOptions(t, testcluster.Options{CRDs: [][]byte{v1.CRDManifest}})
 	ctrd := testcontainerd.Start(t)
 	ref := importImage(t, ctrd, "vm-operator")
-	health := freePort(t)
+	health := freeport.Get(t)
 	// The operator's user is not root: give it a kubeconfig it may read,
 	// as a mounted Secret would be.
 	kc, err := os.ReadFile(cluster.Kubeconfig)
@@ -360,11 +360,4 @@ func waitFor(t *testing.T, timeout time.Duration, exited <-chan error, out *byte
 			t.Fatalf("after %s: %v\n%s", timeout, err, out.String())
 		}
 	}
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

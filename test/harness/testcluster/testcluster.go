@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/freeport"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -185,7 +186,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 }
 
 func (c *Cluster) startEtcd(ctx context.Context, bin string, timeout time.Duration) error {
-	ports, err := FreePorts(2)
+	ports, err := freeport.Ports(2)
 	if err != nil {
 		return err
 	}
@@ -226,7 +227,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 	if err := writeRSAKey(c.saKey); err != nil {
 		return err
 	}
-	ports, err := FreePorts(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return err
 	}
@@ -415,21 +416,6 @@ func WaitUntil(ctx context.Context, p *Process, timeout time.Duration, what stri
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// FreePorts finds n loopback ports that are free now; all are held open
-// together so that they differ.
-func FreePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func randomToken() (string, error) {

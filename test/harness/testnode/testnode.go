@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vmop/vmop/internal/imagebuild"
+	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/testcontainerd"
 )
@@ -334,7 +335,7 @@ func (n *Node) buildImage(name, ref string) (string, error) {
 
 // startKubelet writes the kubelet's config and runs it; see RestartKubelet.
 func (n *Node) startKubelet(ctx context.Context, bin string) error {
-	ports, err := testcluster.FreePorts(2)
+	ports, err := freeport.Ports(2)
 	if err != nil {
 		return err
 	}
