@@ -139,4 +139,3 @@ func Accel() string {
 	}
 	return "tcg"
 }
-
