@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -41,6 +40,7 @@ import (
 	"github.com/vmop/vmop/templates"
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/plugintest"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/spicetest"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -79,11 +79,7 @@ type env struct {
 }
 
 func newEnv(t *testing.T) *env {
-	for _, tool := range []string{"qemu-system-x86_64", "swtpm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: run make deps", tool)
-		}
-	}
+	prereq.Commands(t, "qemu-system-x86, swtpm", "qemu-system-x86_64", "swtpm")
 	c := testcluster.New(t)
 	ctx := t.Context()
 	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))

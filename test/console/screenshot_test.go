@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"image"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/console"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/xscreen"
 )
 
@@ -21,9 +21,7 @@ import (
 // on a virtual X screen, waits until it shows the VM's display and saves
 // a screenshot (kept with go test -artifacts).
 func (e *env) testViewer(t *testing.T, name string) {
-	if _, err := exec.LookPath(console.Viewer); err != nil {
-		t.Fatalf("%s not found: run make deps", console.Viewer)
-	}
+	prereq.Commands(t, "virt-viewer", console.Viewer)
 	display := xscreen.Start(t)
 	for _, kv := range xscreen.Env(display) {
 		k, v, _ := strings.Cut(kv, "=")

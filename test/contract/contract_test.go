@@ -37,6 +37,7 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/vmgen"
 )
@@ -69,6 +70,7 @@ func TestContract(t *testing.T) {
 	specs := envInt(t, "VMOP_CONTRACT_SPECS", defaultSpecs)
 	qemuStarts := envInt(t, "VMOP_CONTRACT_QEMU", defaultQemu)
 	seed := envInt(t, "VMOP_CONTRACT_SEED", defaultSeed)
+	prereq.Commands(t, "qemu-system-x86", "qemu-system-x86_64")
 	c := testcluster.New(t)
 	ctx := t.Context()
 	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))

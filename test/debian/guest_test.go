@@ -35,6 +35,7 @@ import (
 	"github.com/vmop/vmop/test/harness/debianguest"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/statusrecorder"
 )
 
@@ -83,19 +84,13 @@ type guest struct {
 
 func newGuest(t *testing.T) *guest {
 	t.Helper()
-	for _, tool := range []string{"swtpm", "genisoimage", "e2fsck", "debugfs"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: run make deps", tool)
-		}
-	}
+	prereq.Commands(t, "swtpm, genisoimage, e2fsprogs", "swtpm", "genisoimage", "e2fsck", "debugfs")
 	// Unix socket paths are short: keep the directory near the root.
 	dir, err := os.MkdirTemp("", "deb")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ports, err := freeport.Ports(1)
-	require.NoError(t, err)
 	g := &guest{t: t, dir: dir, runtime: filepath.Join(dir, "run"), config: filepath.Join(dir, "etc", "config.yaml"),
-		templates: filepath.Join(dir, "templates"), spicePort: ports[0]}
+		templates: filepath.Join(dir, "templates"), spicePort: freeport.Get(t)}
 	g.disk = debianguest.Disk(t, dir)
 	root, err := runnerRoot()
 	require.NoError(t, err)

@@ -36,6 +36,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -45,6 +46,9 @@ const node = "node-1"
 var operatorBin string
 
 func TestMain(m *testing.M) {
+	if prereq.ShortMain("etcd, kube-apiserver, kube-controller-manager and kwok") {
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "vmop-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

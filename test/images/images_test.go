@@ -27,6 +27,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/templates"
 	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/testcontainerd"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -39,6 +40,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if prereq.ShortMain("vmop's images built from Debian packages (minutes)") {
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "vmop-images")
 	if err == nil {
 		err = build(dir)
@@ -279,9 +283,7 @@ func TestOperatorImage(t *testing.T) {
 // file holds. runc runs it from the unpacked image (an OCI bundle), since
 // ctr run does not pass on the end of stdin.
 func TestFunctionImage(t *testing.T) {
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("runc not found: run make deps")
-	}
+	prereq.Commands(t, "runc", "runc")
 	krm := filepath.Join(options.Module, "pkg", "cmd", "render", "testdata", "krm", "render")
 	in, err := os.ReadFile(filepath.Join(krm, "input.yaml"))
 	require.NoError(t, err)

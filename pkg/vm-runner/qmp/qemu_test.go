@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 const qemuBinary = "qemu-system-x86_64"
@@ -43,6 +45,7 @@ type testQEMU struct {
 // test binary dies.
 func startQEMU(t testing.TB, o qemuOpts) *testQEMU {
 	t.Helper()
+	prereq.Commands(t, "qemu-system-x86", qemuBinary)
 	bin, err := exec.LookPath(qemuBinary)
 	if err != nil {
 		t.Fatalf("%s not found (%v): run `make deps` to install qemu", qemuBinary, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/spicetest"
 )
 
@@ -52,14 +53,11 @@ type vm struct {
 	spicePort                    int
 }
 
-// requireTools fails (not skips) when qemu is missing: make deps installs it.
+// requireTools skips under -short and fails (not skips) when qemu is
+// missing: make deps installs it.
 func requireTools(t testing.TB) {
 	t.Helper()
-	for _, tool := range []string{"qemu-system-x86_64", "swtpm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: run make deps", tool)
-		}
-	}
+	prereq.Commands(t, "qemu-system-x86, swtpm", "qemu-system-x86_64", "swtpm")
 }
 
 func freePort(t testing.TB) int {

@@ -7,6 +7,8 @@ package prereq
 
 import (
 	"errors"
+	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,6 +78,30 @@ func ControlPlane(t testing.TB, binaries ...string) {
 			t.Fatalf("needs etcd (Debian: etcd-server): %v: %s", err, depsHint)
 		}
 	}
+}
+
+// Installed needs what check finds missing (its error says what to
+// install); what names it for -short, e.g. "root, containerd and runc".
+func Installed(t testing.TB, what string, check func() error) {
+	t.Helper()
+	Beyond(t, what)
+	if err := check(); err != nil {
+		t.Fatalf("needs %s: %v", what, err)
+	}
+}
+
+// ShortMain is for a TestMain whose setup (a node, built images) needs
+// what it names: under -short it says that the package is skipped and
+// returns true, and TestMain then exits 0 without setting up.
+func ShortMain(what string) bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	if testing.Short() {
+		fmt.Printf("skipping every test of the package: needs %s: not run with -short (make unit); make test runs them\n", what)
+		return true
+	}
+	return false
 }
 
 // KVM skips t when this machine has no usable KVM. That is a fact of the

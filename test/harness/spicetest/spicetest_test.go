@@ -13,10 +13,14 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 func TestLoginTicketing(t *testing.T) {
@@ -166,17 +170,10 @@ func fakeServer(t *testing.T, handle func(net.Conn)) string {
 	return l.Addr().String()
 }
 
-// freeAddr returns a loopback address nothing listens on (racy, but the
-// kernel does not hand out a just-freed port again quickly).
+// freeAddr returns a loopback address nothing listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(freeport.Get(t)))
 }
 
 // startQEMU starts a paused qemu with a SPICE server on loopback; extra is
@@ -184,9 +181,10 @@ func freeAddr(t *testing.T) string {
 // client that has left capabilities negotiation.
 func startQEMU(t *testing.T, extra string) (string, *qmp) {
 	t.Helper()
+	prereq.Commands(t, "qemu-system-x86", "qemu-system-x86_64")
 	bin, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Fatalf("qemu-system-x86_64 not found (Debian package qemu-system-x86): run `make deps`")
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "qmp.sock")

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -105,6 +106,7 @@ func New(t testing.TB) *Cluster {
 // NewWithOptions is New with options.
 func NewWithOptions(t testing.TB, opts Options) *Cluster {
 	t.Helper()
+	prereq.ControlPlane(t, opts.binaries()...)
 	c, err := Start(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("test cluster: %v", err)
@@ -120,6 +122,18 @@ func NewWithOptions(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
+// binaries are the control-plane binaries that opts need.
+func (opts Options) binaries() []string {
+	bins := []string{"kube-apiserver"}
+	if opts.Controllers {
+		bins = append(bins, "kube-controller-manager")
+	}
+	if len(opts.Nodes) > 0 {
+		bins = append(bins, "kwok")
+	}
+	return bins
+}
+
 // Start runs etcd, kube-apiserver and what opts ask for, and waits until all
 // are ready. ctx bounds the start only, not the life of the processes.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
@@ -128,14 +142,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	c = &Cluster{Dir: opts.Dir, BinDir: opts.BinDir}
 	if c.BinDir == "" {
-		bins := []string{"kube-apiserver"}
-		if opts.Controllers {
-			bins = append(bins, "kube-controller-manager")
-		}
-		if len(opts.Nodes) > 0 {
-			bins = append(bins, "kwok")
-		}
-		if c.BinDir, err = KubeBinDir(ctx, bins...); err != nil {
+		if c.BinDir, err = KubeBinDir(ctx, opts.binaries()...); err != nil {
 			return nil, err
 		}
 	}

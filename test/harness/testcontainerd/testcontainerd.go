@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // Namespace is the containerd namespace of the tests' images and
@@ -62,18 +64,11 @@ func Check() error {
 	return nil
 }
 
-// Start starts a containerd for t, stopped at t's cleanup. It skips t
-// when containerd or runc is missing, unless VMOP_REQUIRE_CONTAINERD is set
-// (make test sets it, so that a missing install fails rather than hides
-// the tests).
+// Start starts a containerd for t, stopped at t's cleanup. Under -short it
+// skips t; otherwise a missing install fails t (see test/harness/prereq).
 func Start(t testing.TB) *Containerd {
 	t.Helper()
-	if err := Check(); err != nil {
-		if os.Getenv("VMOP_REQUIRE_CONTAINERD") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	prereq.Installed(t, "root, containerd and runc", Check)
 	c, err := Run(Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // Generous: TCG on a loaded two-core CI machine.
@@ -25,13 +27,8 @@ const bootTimeout = 60 * time.Second
 
 func TestGuest(t *testing.T) {
 	g := Build(t)
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Fatalf("qemu-system-x86_64: %v: run `make deps`", err)
-	}
 	t.Run("accel=kvm:tcg", func(t *testing.T) {
-		if Accel() == "tcg" {
-			t.Skip("no usable KVM here (see Accel); accel=tcg covers the guest")
-		}
+		prereq.KVM(t) // accel=tcg covers the guest without it
 		t.Parallel()
 		testHotplugAndPowerdown(t, g, Accel())
 	})

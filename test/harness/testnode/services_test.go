@@ -185,7 +185,8 @@ func outsideAddress(t *testing.T) string {
 			return ip.String()
 		}
 	}
-	t.Skip("the machine has no IPv4 address outside the node's subnet")
+	// A fact of this machine's network, not a missing install.
+	t.Skip("the machine has no IPv4 address outside the node's subnet (its network, not an install)")
 	return ""
 }
 
