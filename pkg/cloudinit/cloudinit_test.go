@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 func metaMap(t testing.TB, d Data) map[string]any {
@@ -222,6 +223,7 @@ func TestDefaultBadMetaData(t *testing.T) {
 // (isoinfo) read the image: they were not written against go-diskfs.
 func tool(t testing.TB, name, pkg string) string {
 	t.Helper()
+	prereq.Beyond(t, name+" ("+pkg+")")
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}

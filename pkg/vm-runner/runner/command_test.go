@@ -24,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // configs, as the pods would read them.
 func exampleConfigs(t *testing.T) map[string]*runnerconfig.Config {
 	t.Helper()
-	files, err := filepath.Glob("../../examples/*.yaml")
+	files, err := filepath.Glob("../../../examples/*.yaml")
 	require.NoError(t, err)
 	configs := map[string]*runnerconfig.Config{}
 	for _, f := range files {

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	vmRunner = filepath.Join(dir, "vm-runner")
-	build := exec.Command("go", "build", "-o", vmRunner, "../../cmd/vm-runner")
+	build := exec.Command("go", "build", "-o", vmRunner, "github.com/vmop/vmop/cmd/vm-runner")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		panic(err)
