@@ -38,6 +38,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/reporter"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/plugintest"
 	"github.com/vmop/vmop/test/harness/prereq"
@@ -250,7 +251,7 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 		}
 		logFile.Close()
 	})
-	eventually(t, 60*time.Second, func() error {
+	eventually.Succeeds(t, 60*time.Second, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("the runner ended: %v", err)
@@ -264,22 +265,6 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 	e.qemu, err = qmp.Dial(t.Context(), filepath.Join(f.Runner.RuntimeDir, "test.sock"))
 	require.NoError(t, err)
 	t.Cleanup(func() { e.qemu.Close() })
-}
-
-// eventually polls f until it returns nil.
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // vvKey returns the value of key in a .vv file.
@@ -330,7 +315,7 @@ func TestConsole(t *testing.T) {
 		ok, err = spicetest.Login(ctx, spice, "initial")
 		require.NoError(t, err)
 		require.False(t, ok)
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			ok, err := spicetest.Login(ctx, spice, password)
 			if err == nil && ok {
 				err = fmt.Errorf("the password still logs in")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/console"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/xscreen"
 )
@@ -38,7 +39,7 @@ func (e *env) testViewer(t *testing.T, name string) {
 	// The viewer has logged in once it has a display channel; then its
 	// window shows the guest's screen.
 	var img *image.RGBA
-	eventually(t, 60*time.Second, func() error {
+	eventually.Succeeds(t, 60*time.Second, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("the command ended while the viewer should run: %v\nstderr: %s", err, stderr)

@@ -26,6 +26,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
@@ -347,19 +348,15 @@ func importImage(t *testing.T, ctrd *testcontainerd.Containerd, name string) str
 // container exits first or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, exited <-chan error, out *bytes.Buffer, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
+	eventually.Succeeds(t, timeout, func() error {
 		select {
 		case e := <-exited:
-			t.Fatalf("the container exited (%v) while waiting: %v\n%s", e, err, out.String())
-		case <-time.After(200 * time.Millisecond):
+			t.Fatalf("the container exited (%v) while waiting:\n%s", e, out.String())
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v\n%s", timeout, err, out.String())
+		if err := check(); err != nil {
+			return fmt.Errorf("%w\n%s", err, out.String())
 		}
-	}
+		return nil
+	})
 }

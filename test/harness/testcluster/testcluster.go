@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/prereq"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -408,20 +409,24 @@ func waitHTTP(ctx context.Context, p *Process, timeout time.Duration, client *ht
 // is up; errors name what was awaited, say why it was not ready yet and carry
 // the end of the process's log.
 func WaitUntil(ctx context.Context, p *Process, timeout time.Duration, what string, ready func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for {
-		err := ready(ctx)
-		if err == nil {
-			return nil
-		}
+	go func() {
 		select {
 		case <-p.Done():
-			return fmt.Errorf("%s exited (%v) before %s was ready; log %s:\n%s", p.Name, p.Err(), what, p.Log, p.LogTail(30))
+			cancel()
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %s not ready after %v (%v); log %s:\n%s", p.Name, what, timeout, err, p.Log, p.LogTail(30))
-		case <-time.After(100 * time.Millisecond):
 		}
+	}()
+	err := eventually.Until(ctx, timeout, ready)
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-p.Done():
+		return fmt.Errorf("%s exited (%v) before %s was ready; log %s:\n%s", p.Name, p.Err(), what, p.Log, p.LogTail(30))
+	default:
+		return fmt.Errorf("%s: %s not ready after %v (%v); log %s:\n%s", p.Name, what, timeout, err, p.Log, p.LogTail(30))
 	}
 }
 
