@@ -2,6 +2,7 @@ package cloudinit
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -246,7 +247,7 @@ func run(t testing.TB, name string, args ...string) string {
 	out, err := exec.Command(name, args...).Output()
 	if err != nil {
 		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			stderr = ee.Stderr
 		}
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr)

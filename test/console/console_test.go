@@ -240,7 +240,8 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			t.Logf("the runner ended: %v", err)
 		case <-time.After(30 * time.Second):
 			t.Error("the runner did not end")
 		}

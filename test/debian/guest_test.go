@@ -140,7 +140,8 @@ func (g *guest) start() {
 	g.t.Cleanup(func() {
 		cancel()
 		select {
-		case <-g.done:
+		case err := <-g.done:
+			g.t.Logf("vm-runner ended: %v", err)
 		case <-time.After(90 * time.Second):
 		}
 		if g.t.Failed() {
@@ -153,17 +154,17 @@ func (g *guest) start() {
 
 // stop shuts the guest down as SIGTERM does and returns how the runner
 // ended and how long it took.
-func (g *guest) stop() (error, time.Duration) {
+func (g *guest) stop() (time.Duration, error) {
 	g.t.Helper()
 	start := time.Now()
 	g.cancel()
 	select {
 	case err := <-g.done:
 		g.done <- err // for the cleanup
-		return err, time.Since(start)
+		return time.Since(start), err
 	case <-time.After(120 * time.Second):
 		g.t.Fatal("vm-runner did not end within 120 s of its stop")
-		return nil, 0
+		return 0, nil
 	}
 }
 

@@ -19,6 +19,12 @@ const interval = 200 * time.Millisecond
 // passed, and then returns ready's last error (nil once ready). It is for
 // harness code that reports errors rather than failing a test.
 func Until(ctx context.Context, timeout time.Duration, ready func(context.Context) error) error {
+	return UntilExit(ctx, nil, timeout, ready)
+}
+
+// UntilExit is Until that also gives up when exited is closed: the
+// process that was to become ready has ended.
+func UntilExit(ctx context.Context, exited <-chan struct{}, timeout time.Duration, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
@@ -28,6 +34,8 @@ func Until(ctx context.Context, timeout time.Duration, ready func(context.Contex
 		}
 		select {
 		case <-ctx.Done():
+			return err
+		case <-exited:
 			return err
 		case <-time.After(interval):
 		}

@@ -31,7 +31,14 @@ func TestUntil(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := Until(ctx, time.Minute, func(context.Context) error { return errors.New("cancelled") }); err == nil {
-		t.Fatal("Until: nil on a cancelled context")
+	if err := Until(ctx, time.Minute, func(context.Context) error { return errors.New("canceled") }); err == nil {
+		t.Fatal("Until: nil on a canceled context")
+	}
+
+	exited := make(chan struct{})
+	close(exited)
+	start = time.Now()
+	if err := UntilExit(t.Context(), exited, time.Minute, func(context.Context) error { return errors.New("gone") }); err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("UntilExit: %v after %v, want the error at once once exited", err, time.Since(start))
 	}
 }

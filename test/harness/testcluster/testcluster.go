@@ -409,16 +409,7 @@ func waitHTTP(ctx context.Context, p *Process, timeout time.Duration, client *ht
 // is up; errors name what was awaited, say why it was not ready yet and carry
 // the end of the process's log.
 func WaitUntil(ctx context.Context, p *Process, timeout time.Duration, what string, ready func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-p.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	err := eventually.Until(ctx, timeout, ready)
+	err := eventually.UntilExit(ctx, p.Done(), timeout, ready)
 	if err == nil {
 		return nil
 	}

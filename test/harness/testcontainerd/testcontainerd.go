@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/prereq"
 )
 
@@ -119,26 +120,21 @@ state = %q
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	go func() { c.cmd.Wait(); log.Close(); close(c.exited) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := c.Ctr(context.Background(), "version").Run(); err == nil {
-			return c, nil
-		}
-		var err error
-		select {
-		case <-c.exited:
-			err = fmt.Errorf("containerd exited at start:\n%s", c.Log())
-		case <-time.After(100 * time.Millisecond):
-			if time.Now().After(deadline) {
-				err = fmt.Errorf("containerd did not answer in 30 s:\n%s", c.Log())
-			}
-		}
-		if err != nil {
-			c.Stop()
-			return nil, err
-		}
+	go func() { _ = c.cmd.Wait(); log.Close(); close(c.exited) }()
+	err = eventually.UntilExit(context.Background(), c.exited, 30*time.Second, func(ctx context.Context) error {
+		return c.Ctr(ctx, "version").Run()
+	})
+	if err == nil {
+		return c, nil
 	}
+	select {
+	case <-c.exited:
+		err = fmt.Errorf("containerd exited at start:\n%s", c.Log())
+	default:
+		err = fmt.Errorf("containerd did not answer in 30 s (%w):\n%s", err, c.Log())
+	}
+	_ = c.Stop()
+	return nil, err
 }
 
 // Log is containerd's own output so far.
@@ -200,26 +196,23 @@ func (c *Containerd) Stop() error {
 	default:
 		if out, err := ctr("tasks", "list", "--quiet"); err == nil {
 			for _, id := range strings.Fields(string(out)) {
-				ctr("tasks", "kill", "--all", "--signal", "SIGKILL", id)
-				deadline := time.Now().Add(10 * time.Second)
-				for time.Now().Before(deadline) {
-					if _, err := ctr("tasks", "delete", id); err == nil {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
+				_, _ = ctr("tasks", "kill", "--all", "--signal", "SIGKILL", id)
+				_ = eventually.Until(context.Background(), 10*time.Second, func(context.Context) error {
+					_, err := ctr("tasks", "delete", id)
+					return err
+				})
 			}
 		}
 		if out, err := ctr("containers", "list", "--quiet"); err == nil {
 			for _, id := range strings.Fields(string(out)) {
-				ctr("containers", "delete", id)
+				_, _ = ctr("containers", "delete", id)
 			}
 		}
-		c.cmd.Process.Signal(syscall.SIGTERM)
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-c.exited:
 		case <-time.After(10 * time.Second):
-			c.cmd.Process.Kill()
+			_ = c.cmd.Process.Kill()
 			<-c.exited
 		}
 	}
