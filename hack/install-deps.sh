@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the tests need on a fresh Debian machine: etcd, qemu, OVMF,
+# Installs what the tests need on a fresh Debian machine: etcd, qemu and
+# qemu-img (only a Recommends of qemu-system-x86), OVMF,
 # swtpm, ISO tools, a kernel + busybox for a test guest from Debian,
 # virt-viewer (remote-viewer), Xvfb and xwd (x11-apps) for the console test,
 # mmdebstrap for the vm-runner image's Debian root, containerd, runc, the
@@ -16,7 +17,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-packages=(etcd-server qemu-system-x86 ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables nfacct iproute2 nftables syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client)
+packages=(etcd-server qemu-system-x86 qemu-utils ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables nfacct iproute2 nftables syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"sigs.k8s.io/yaml"
 )
 
@@ -18,12 +19,13 @@ import (
 // in a module of its own: its go.mod pins old Kubernetes libraries.
 const krewVersion = "v0.4.4"
 
-// buildKrew builds krew into a temporary directory, or skips the test
-// when this environment cannot (no network and no module cache).
+// buildKrew builds krew into a temporary directory from the module proxy
+// (or the module cache).
 // "go install krew@version" would be shorter but looks up deprecations in
 // the module's version list, which some proxies do not serve.
 func buildKrew(t *testing.T) string {
 	t.Helper()
+	prereq.Beyond(t, "the module proxy, to build krew "+krewVersion)
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"mod", "init", "krewbuild"},
@@ -33,7 +35,7 @@ func buildKrew(t *testing.T) string {
 		cmd := exec.Command("go", args...)
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Skipf("krew %s cannot be built here: go %s: %v\n%s", krewVersion, strings.Join(args, " "), err, out)
+			t.Fatalf("krew %s cannot be built here: go %s: %v\n%s", krewVersion, strings.Join(args, " "), err, out)
 		}
 	}
 	return filepath.Join(dir, "krew")

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -106,10 +107,9 @@ func runReader(t *testing.T, env []string, stdin io.Reader, dir, name string, ar
 
 func kubectl(t *testing.T) string {
 	t.Helper()
+	prereq.Commands(t, "kubectl", "kubectl")
 	path, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not installed")
-	}
+	require.NoError(t, err)
 	return path
 }
 

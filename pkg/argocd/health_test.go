@@ -16,6 +16,7 @@ import (
 func TestFixtures(t *testing.T) {
 	cases, err := ReadTestCases("health_test.yaml")
 	require.NoError(t, err)
+	require.NotEmpty(t, cases, "health_test.yaml lists no case")
 	listed := map[string]bool{}
 	for _, c := range cases {
 		listed[c.InputPath] = true

@@ -2,6 +2,7 @@ package cloudinit
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 func metaMap(t testing.TB, d Data) map[string]any {
@@ -222,6 +224,7 @@ func TestDefaultBadMetaData(t *testing.T) {
 // (isoinfo) read the image: they were not written against go-diskfs.
 func tool(t testing.TB, name, pkg string) string {
 	t.Helper()
+	prereq.Beyond(t, name+" ("+pkg+")")
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
@@ -244,7 +247,7 @@ func run(t testing.TB, name string, args ...string) string {
 	out, err := exec.Command(name, args...).Output()
 	if err != nil {
 		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			stderr = ee.Stderr
 		}
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr)

@@ -117,7 +117,7 @@ func (s *Size) UnmarshalJSON(b []byte) error {
 	n, err := ParseSize(str)
 	if err != nil {
 		s.invalid = str
-		return nil
+		return nil //nolint:nilerr // Validate reports it, with the field's path
 	}
 	s.Bytes = n
 	return nil

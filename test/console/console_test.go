@@ -11,9 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -40,7 +38,10 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/reporter"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/plugintest"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/spicetest"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -79,11 +80,7 @@ type env struct {
 }
 
 func newEnv(t *testing.T) *env {
-	for _, tool := range []string{"qemu-system-x86_64", "swtpm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: run make deps", tool)
-		}
-	}
+	prereq.Commands(t, "qemu-system-x86, swtpm", "qemu-system-x86_64", "swtpm")
 	c := testcluster.New(t)
 	ctx := t.Context()
 	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))
@@ -243,7 +240,8 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			t.Logf("the runner ended: %v", err)
 		case <-time.After(30 * time.Second):
 			t.Error("the runner did not end")
 		}
@@ -254,7 +252,7 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 		}
 		logFile.Close()
 	})
-	eventually(t, 60*time.Second, func() error {
+	eventually.Succeeds(t, 60*time.Second, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("the runner ended: %v", err)
@@ -270,29 +268,6 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 	t.Cleanup(func() { e.qemu.Close() })
 }
 
-// eventually polls f until it returns nil.
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // vvKey returns the value of key in a .vv file.
 func vvKey(t *testing.T, vv, key string) string {
 	t.Helper()
@@ -304,7 +279,7 @@ func vvKey(t *testing.T, vv, key string) string {
 func TestConsole(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	port := freePort(t)
+	port := freeport.Get(t)
 	vm := e.createVM(fmt.Sprintf(vmManifest, "test-vm", port))
 	objs, err := render.Render(vm, render.Options{})
 	require.NoError(t, err)
@@ -341,7 +316,7 @@ func TestConsole(t *testing.T) {
 		ok, err = spicetest.Login(ctx, spice, "initial")
 		require.NoError(t, err)
 		require.False(t, ok)
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			ok, err := spicetest.Login(ctx, spice, password)
 			if err == nil && ok {
 				err = fmt.Errorf("the password still logs in")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"image"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/console"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/xscreen"
 )
 
@@ -21,9 +22,7 @@ import (
 // on a virtual X screen, waits until it shows the VM's display and saves
 // a screenshot (kept with go test -artifacts).
 func (e *env) testViewer(t *testing.T, name string) {
-	if _, err := exec.LookPath(console.Viewer); err != nil {
-		t.Fatalf("%s not found: run make deps", console.Viewer)
-	}
+	prereq.Commands(t, "virt-viewer", console.Viewer)
 	display := xscreen.Start(t)
 	for _, kv := range xscreen.Env(display) {
 		k, v, _ := strings.Cut(kv, "=")
@@ -40,7 +39,7 @@ func (e *env) testViewer(t *testing.T, name string) {
 	// The viewer has logged in once it has a display channel; then its
 	// window shows the guest's screen.
 	var img *image.RGBA
-	eventually(t, 60*time.Second, func() error {
+	eventually.Succeeds(t, 60*time.Second, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("the command ended while the viewer should run: %v\nstderr: %s", err, stderr)

@@ -36,6 +36,8 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/vmgen"
 )
@@ -68,6 +70,7 @@ func TestContract(t *testing.T) {
 	specs := envInt(t, "VMOP_CONTRACT_SPECS", defaultSpecs)
 	qemuStarts := envInt(t, "VMOP_CONTRACT_QEMU", defaultQemu)
 	seed := envInt(t, "VMOP_CONTRACT_SEED", defaultSeed)
+	prereq.Commands(t, "qemu-system-x86", "qemu-system-x86_64")
 	c := testcluster.New(t)
 	ctx := t.Context()
 	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))
@@ -294,7 +297,7 @@ func (q *qemuChecker) localize(t *testing.T, c *runnerconfig.Config, dir string)
 		}
 	}
 	if d := c.VM.Display; d != nil && d.Spice != nil {
-		ports, err := testcluster.FreePorts(1)
+		ports, err := freeport.Ports(1)
 		require.NoError(t, err)
 		d.Spice.Port = int32(ports[0])
 	}

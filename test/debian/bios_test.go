@@ -209,7 +209,7 @@ func TestDebianBIOS(t *testing.T) {
 	t.Run("stop shuts down through the agent, cleanly", func(t *testing.T) {
 		// Not synced: a clean shutdown writes it out.
 		g.sh("echo before-stop > /var/lib/vmop-marker")
-		err, took := g.stop()
+		took, err := g.stop()
 		require.NoError(t, err, "the guest shut down by itself")
 		t.Logf("agent shutdown to runner exit: %.1f s", took.Seconds())
 		require.Contains(t, g.runnerLog(), "Asked the guest agent to shut down")
@@ -252,7 +252,7 @@ func TestDebianBIOS(t *testing.T) {
 		defer cancel()
 		_, err := guestagent.Dial(ctx, g.runtime+"/guest-agent.sock")
 		require.Error(t, err)
-		err, took := g.stop()
+		took, err := g.stop()
 		require.NoError(t, err, "the guest shut down by itself")
 		t.Logf("ACPI shutdown to runner exit: %.1f s", took.Seconds())
 		require.Contains(t, g.runnerLog(), "Sent the ACPI power button")

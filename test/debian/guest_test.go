@@ -34,8 +34,9 @@ import (
 	"github.com/vmop/vmop/templates"
 	"github.com/vmop/vmop/test/harness/debianguest"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/statusrecorder"
-	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // mac is the test NIC's address, which the network-config matches.
@@ -83,19 +84,13 @@ type guest struct {
 
 func newGuest(t *testing.T) *guest {
 	t.Helper()
-	for _, tool := range []string{"swtpm", "genisoimage", "e2fsck", "debugfs"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: run make deps", tool)
-		}
-	}
+	prereq.Commands(t, "swtpm, genisoimage, e2fsprogs", "swtpm", "genisoimage", "e2fsck", "debugfs")
 	// Unix socket paths are short: keep the directory near the root.
 	dir, err := os.MkdirTemp("", "deb")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ports, err := testcluster.FreePorts(1)
-	require.NoError(t, err)
 	g := &guest{t: t, dir: dir, runtime: filepath.Join(dir, "run"), config: filepath.Join(dir, "etc", "config.yaml"),
-		templates: filepath.Join(dir, "templates"), spicePort: ports[0]}
+		templates: filepath.Join(dir, "templates"), spicePort: freeport.Get(t)}
 	g.disk = debianguest.Disk(t, dir)
 	root, err := runnerRoot()
 	require.NoError(t, err)
@@ -145,7 +140,8 @@ func (g *guest) start() {
 	g.t.Cleanup(func() {
 		cancel()
 		select {
-		case <-g.done:
+		case err := <-g.done:
+			g.t.Logf("vm-runner ended: %v", err)
 		case <-time.After(90 * time.Second):
 		}
 		if g.t.Failed() {
@@ -158,17 +154,17 @@ func (g *guest) start() {
 
 // stop shuts the guest down as SIGTERM does and returns how the runner
 // ended and how long it took.
-func (g *guest) stop() (error, time.Duration) {
+func (g *guest) stop() (time.Duration, error) {
 	g.t.Helper()
 	start := time.Now()
 	g.cancel()
 	select {
 	case err := <-g.done:
 		g.done <- err // for the cleanup
-		return err, time.Since(start)
+		return time.Since(start), err
 	case <-time.After(120 * time.Second):
 		g.t.Fatal("vm-runner did not end within 120 s of its stop")
-		return nil, 0
+		return 0, nil
 	}
 }
 

@@ -107,7 +107,7 @@ func TestDebianUEFI(t *testing.T) {
 			"tpm2_load -Q -C primary.ctx -u seal.pub -r seal.priv -c seal.ctx && " +
 			"tpm2_evictcontrol -Q -C o -c seal.ctx " + sealed)
 		require.Equal(t, value, g.sh("tpm2_unseal -c "+sealed))
-		err, took := g.stop()
+		took, err := g.stop()
 		require.NoError(t, err)
 		t.Logf("agent shutdown to runner exit: %.1f s", took.Seconds())
 		require.NoError(t, debianguest.CheckFS(g.disk))
@@ -122,7 +122,7 @@ func TestDebianUEFI(t *testing.T) {
 		g.booted()
 		g.sh("test -d /sys/firmware/efi")
 		require.Equal(t, value, g.sh("tpm2_unseal -c "+sealed), "the TPM state persists in the data directory")
-		err, _ := g.stop()
+		_, err := g.stop()
 		require.NoError(t, err)
 	})
 }

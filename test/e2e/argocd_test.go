@@ -31,6 +31,7 @@ const argoCDDir = "../../pkg/argocd"
 func TestArgoCDHealth(t *testing.T) {
 	cases, err := argocd.ReadTestCases(filepath.Join(argoCDDir, "health_test.yaml"))
 	require.NoError(t, err)
+	require.NotEmpty(t, cases, "health_test.yaml lists no case")
 	want := map[string]argocd.Status{}
 	for _, c := range cases {
 		want[c.InputPath] = c.HealthStatus

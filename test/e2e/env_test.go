@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -36,6 +35,8 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -45,6 +46,9 @@ const node = "node-1"
 var operatorBin string
 
 func TestMain(m *testing.M) {
+	if prereq.ShortMain("etcd, kube-apiserver, kube-controller-manager and kwok") {
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "vmop-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -153,7 +157,10 @@ type operator struct {
 // startOperator runs vm-operator with short leader-election timings.
 func (e *env) startOperator(name string, args ...string) *operator {
 	t := e.t
-	port, healthPort := freePort(t), freePort(t)
+	// Held open together: two single look-ups could return the same port.
+	ports, err := freeport.Ports(2)
+	require.NoError(t, err)
+	port, healthPort := ports[0], ports[1]
 	all := append([]string{
 		"--kubeconfig=" + e.kubeconfig,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(port),
@@ -242,13 +249,6 @@ func (o *operator) writesByKind(t testing.TB) map[string]int {
 		out[kind] += int(v)
 	}
 	return out
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // namespace creates a namespace for one test.

@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,6 +26,9 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/testcontainerd"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -39,6 +41,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if prereq.ShortMain("vmop's images built from Debian packages (minutes)") {
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "vmop-images")
 	if err == nil {
 		err = build(dir)
@@ -138,7 +143,7 @@ func TestRunnerImage(t *testing.T) {
 -initrd /guest/initrd
 -append ` + guest.Append + "\n"
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "templates", templates.Standard), []byte(tmpl), 0o644))
-	spice := freePort(t)
+	spice := freeport.Get(t)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "etc", "config.yaml"), fmt.Appendf(nil, `"/Runner":
   runtimeDir: /run/vmrunner
   cloudInit:
@@ -227,7 +232,7 @@ func TestOperatorImage(t *testing.T) {
 	cluster := testcluster.NewWithOptions(t, testcluster.Options{CRDs: [][]byte{v1.CRDManifest}})
 	ctrd := testcontainerd.Start(t)
 	ref := importImage(t, ctrd, "vm-operator")
-	health := freePort(t)
+	health := freeport.Get(t)
 	// The operator's user is not root: give it a kubeconfig it may read,
 	// as a mounted Secret would be.
 	kc, err := os.ReadFile(cluster.Kubeconfig)
@@ -279,9 +284,7 @@ func TestOperatorImage(t *testing.T) {
 // file holds. runc runs it from the unpacked image (an OCI bundle), since
 // ctr run does not pass on the end of stdin.
 func TestFunctionImage(t *testing.T) {
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("runc not found: run make deps")
-	}
+	prereq.Commands(t, "runc", "runc")
 	krm := filepath.Join(options.Module, "pkg", "cmd", "render", "testdata", "krm", "render")
 	in, err := os.ReadFile(filepath.Join(krm, "input.yaml"))
 	require.NoError(t, err)
@@ -345,26 +348,15 @@ func importImage(t *testing.T, ctrd *testcontainerd.Containerd, name string) str
 // container exits first or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, exited <-chan error, out *bytes.Buffer, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
+	eventually.Succeeds(t, timeout, func() error {
 		select {
 		case e := <-exited:
-			t.Fatalf("the container exited (%v) while waiting: %v\n%s", e, err, out.String())
-		case <-time.After(200 * time.Millisecond):
+			t.Fatalf("the container exited (%v) while waiting:\n%s", e, out.String())
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v\n%s", timeout, err, out.String())
+		if err := check(); err != nil {
+			return fmt.Errorf("%w\n%s", err, out.String())
 		}
-	}
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+		return nil
+	})
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/vmop/vmop/internal/imagebuild"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testnode"
 )
 
@@ -38,13 +39,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if err := testnode.Check(); err != nil {
-		if os.Getenv("VMOP_REQUIRE_CONTAINERD") != "" {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		fmt.Fprintln(os.Stderr, "skipping the node tests:", err)
+	if prereq.ShortMain("root, containerd, a control plane and qemu (a real node)") {
 		return 0
+	}
+	if err := testnode.Check(); err != nil {
+		fmt.Fprintln(os.Stderr, "the node tests need:", err)
+		return 1
 	}
 	dir, err := os.MkdirTemp("", "vmop-node-test-")
 	if err != nil {

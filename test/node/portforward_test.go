@@ -20,6 +20,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -120,8 +121,12 @@ func TestGuestPorts(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { t.Logf("port-forward's stderr:\n%s", stderr.String()) })
 		want := "error: echo: guest port 8: the connection was closed before the guest sent anything: does a service listen on port 8 in the guest?\n"
-		require.Eventually(t, func() bool { return strings.Contains(stderr.String(), want) }, 10*time.Second, 100*time.Millisecond,
-			"stderr: %s", stderr.String())
+		eventually.Within(t, 10*time.Second, func() string {
+			if strings.Contains(stderr.String(), want) {
+				return ""
+			}
+			return "stderr: " + stderr.String()
+		})
 		echo(b, "port 8 did not disturb port 7\n")
 		require.NotContains(t, stderr.String(), "UnhandledError", "client-go's noise about streams of closed connections")
 	})
@@ -150,9 +155,12 @@ func TestGuestPorts(t *testing.T) {
 		cmd.Stderr = &stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		require.NoError(t, cmd.Start())
-		require.Eventually(t, func() bool {
-			return strings.Contains(stderr.String(), "debug1: Remote protocol version 2.0, remote software version OpenSSH_")
-		}, time.Minute, 100*time.Millisecond, "ssh's banner from the guest; stderr:\n%s", stderr.String())
+		eventually.Within(t, time.Minute, func() string {
+			if strings.Contains(stderr.String(), "debug1: Remote protocol version 2.0, remote software version OpenSSH_") {
+				return ""
+			}
+			return "ssh's banner from the guest; stderr:\n" + stderr.String()
+		})
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // kubectl-vm, ssh and its ProxyCommand
 		_ = cmd.Wait()
 		t.Logf("kubectl %s:\n%s", strings.Join(sshArgs("7"), " "), stderr.String())

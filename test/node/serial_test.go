@@ -105,7 +105,7 @@ func attachSerial(t *testing.T, ns, vm string, flags ...string) *serialTerminal 
 	t.Cleanup(func() {
 		if s.exited != nil {
 			_ = cmd.Process.Kill()
-			<-s.exited
+			<-s.exited //nolint:errcheck // killed just now
 		}
 	})
 	go func() { _, _ = io.Copy(&s.screen, pty) }()

@@ -21,11 +21,7 @@ func DecodeJSON(data []byte) (*VirtualMachine, error) {
 		return nil, err
 	}
 	if len(strict) > 0 {
-		var errs []error
-		for _, e := range strict {
-			errs = append(errs, e)
-		}
-		return nil, errors.Join(errs...)
+		return nil, errors.Join(strict...)
 	}
 	return vm, nil
 }

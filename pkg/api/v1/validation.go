@@ -94,8 +94,8 @@ var (
 func (vm *VirtualMachine) Validate() field.ErrorList {
 	var errs field.ErrorList
 	meta := field.NewPath("metadata")
-	switch {
-	case vm.Name == "":
+	switch vm.Name {
+	case "":
 		errs = append(errs, field.Required(meta.Child("name"), ""))
 	default:
 		for _, msg := range dnsLabelErrors(vm.Name) {

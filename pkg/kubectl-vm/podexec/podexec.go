@@ -17,11 +17,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/util/exec"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
@@ -128,9 +128,7 @@ func Exec(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, command []stri
 	if err != nil {
 		return err
 	}
-	executor, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	executor, err := remotecommand.NewFallbackExecutor(ws, spdy, UpgradeRefused)
 	if err != nil {
 		return err
 	}
@@ -154,4 +152,12 @@ func restConfig(cfg *rest.Config) *rest.Config {
 	c.GroupVersion = &corev1.SchemeGroupVersion
 	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
 	return c
+}
+
+// UpgradeRefused says whether err is an API server or proxy refusing the
+// WebSocket upgrade, after which kubectl falls back to SPDY. client-go
+// returns k8s.io/streaming's UpgradeFailureError, which the deprecated
+// apimachinery httpstream.IsUpgradeFailure does not recognize.
+func UpgradeRefused(err error) bool {
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 }

@@ -2,12 +2,15 @@ package podexec
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
@@ -57,4 +60,12 @@ func TestRunningPod(t *testing.T) {
 			require.Equal(t, render.PodName("web"), pod.Name)
 		})
 	}
+}
+
+// TestUpgradeRefused: the error client-go's WebSocket transport returns when
+// the upgrade is refused leads to the SPDY fallback; other errors do not.
+func TestUpgradeRefused(t *testing.T) {
+	require.True(t, UpgradeRefused(fmt.Errorf("exec: %w", &httpstream.UpgradeFailureError{Cause: errors.New("403")})))
+	require.True(t, UpgradeRefused(errors.New("proxy: unknown scheme: https")))
+	require.False(t, UpgradeRefused(errors.New("connection refused")))
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/stretchr/testify/require"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 func testLease() Lease {
@@ -478,9 +479,7 @@ func TestServeWithoutPrivileges(t *testing.T) {
 		fmt.Printf("Serve: %v\n", err)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to run the test binary as nobody")
-	}
+	prereq.Root(t, "runs the test binary as nobody")
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	dir, err := os.MkdirTemp("", "vmop-dhcp-")

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
 )
 
@@ -120,17 +121,11 @@ func TestUdhcpcOtherMACGetsNothing(t *testing.T) {
 
 func requireTools(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates veth pairs and network namespaces, and listens on port 67")
-	}
-	for _, tool := range []string{"ip", "busybox"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (Debian: iproute2, busybox): %v", tool, err)
-		}
-	}
+	prereq.Root(t, "creates veth pairs and network namespaces, and listens on port 67")
+	prereq.Commands(t, "iproute2, busybox", "ip", "busybox")
 	list, err := exec.Command("busybox", "--list").Output()
 	if err != nil || !strings.Contains("\n"+string(list), "\nudhcpc\n") {
-		t.Skipf("busybox has no udhcpc applet (err %v)", err)
+		t.Fatalf("busybox has no udhcpc applet (err %v): install busybox-static", err)
 	}
 }
 

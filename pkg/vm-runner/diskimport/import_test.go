@@ -21,6 +21,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 const (
@@ -30,6 +31,7 @@ const (
 
 func qemuImg(t testing.TB, args ...string) {
 	t.Helper()
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	out, err := exec.Command("qemu-img", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("qemu-img %s: %v: %s", strings.Join(args, " "), err, out)
@@ -160,6 +162,7 @@ func assertNoStaging(t *testing.T, scratch string) {
 }
 
 func TestImportHTTP(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	raw, qcow2 := testImages(t)
 	dir := filepath.Dir(raw)
 	files := map[string]struct{ file, format string }{
@@ -215,6 +218,7 @@ func isAllZero(b []byte) bool {
 // TestImportFileSparse imports a local file and checks that the target,
 // a regular file, stays sparse: zeros were skipped, not written.
 func TestImportFileSparse(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	_, qcow2 := testImages(t)
 	target := newTarget(t, testTargetSize, 0)
 	if _, err := Import(context.Background(), Source{File: qcow2}, Options{Target: target, ScratchDir: t.TempDir()}); err != nil {
@@ -228,6 +232,7 @@ func TestImportFileSparse(t *testing.T) {
 }
 
 func TestImportReader(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	raw, _ := testImages(t)
 	gz := compress(t, raw, "gz")
 	data := readFile(t, gz)
@@ -257,6 +262,7 @@ func TestImportReader(t *testing.T) {
 // TestImportSHA512: Debian publishes SHA512SUMS; such a checksum is
 // checked as a sha256 is, and a mismatch names the sha512 that was read.
 func TestImportSHA512(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	raw, qcow2 := testImages(t)
 	sum := sha512.Sum512(readFile(t, qcow2))
 	good := "sha512:" + hex.EncodeToString(sum[:])
@@ -285,6 +291,7 @@ func TestImportSHA512(t *testing.T) {
 }
 
 func TestImportChecksumMismatch(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	_, qcow2 := testImages(t)
 	base := serveDir(t, filepath.Dir(qcow2))
 	target := newTarget(t, testTargetSize, 0x5a)
@@ -310,6 +317,7 @@ func TestImportChecksumMismatch(t *testing.T) {
 }
 
 func TestImportErrors(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	raw, qcow2 := testImages(t)
 	dir := filepath.Dir(raw)
 	qemuImg(t, "convert", "-f", "raw", "-O", "vmdk", raw, filepath.Join(dir, "disk.vmdk"))
@@ -371,6 +379,7 @@ func TestHTTPErrorMessage(t *testing.T) {
 // at all; it is imported as such (the guest will not boot it, but nothing
 // is unsafe about it).
 func TestImportText(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	text := filepath.Join(t.TempDir(), "readme.txt")
 	content := []byte("this is no disk image\n")
 	if err := os.WriteFile(text, content, 0o644); err != nil {
@@ -392,6 +401,7 @@ func TestImportText(t *testing.T) {
 }
 
 func TestImportProgress(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	_, qcow2 := testImages(t)
 	base := serveDir(t, filepath.Dir(qcow2))
 	var got []Progress
@@ -461,6 +471,7 @@ func TestImportCancel(t *testing.T) {
 // stand-in for qemu-img reports the start of its conversion and then
 // hangs.
 func TestImportCancelConvert(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	_, qcow2 := testImages(t)
 	slow := filepath.Join(t.TempDir(), "qemu-img")
 	script := "#!/bin/sh\nif [ \"$1\" = convert ]; then echo '    (0.00/100%)'; exec sleep 60; fi\nexec qemu-img \"$@\"\n"
@@ -516,6 +527,7 @@ func TestImportStall(t *testing.T) {
 // TestImportTruncated: a download that ends early is an error, not a
 // shorter image.
 func TestImportTruncated(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	raw, _ := testImages(t)
 	gz := readFile(t, compress(t, raw, "gz"))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/vm-runner/diskimport"
 	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 const (
@@ -57,6 +58,7 @@ func requireDevice(t *testing.T, o diskupload.Options, image []byte) {
 }
 
 func TestFresh(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	o, image := setup(t)
 	var lines bytes.Buffer
 	o.Progress = &lines
@@ -83,6 +85,7 @@ func TestFresh(t *testing.T) {
 // TestFilesystemClaim: on a Filesystem claim the receiver makes the
 // disk's image file at the claim's size, then fills it.
 func TestFilesystemClaim(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	o, image := setup(t)
 	o.Device = filepath.Join(t.TempDir(), "disk.img")
 	o.ClaimSize = deviceSize
@@ -92,6 +95,7 @@ func TestFilesystemClaim(t *testing.T) {
 }
 
 func TestDoneNeedsForce(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	o, image := setup(t)
 	require.NoError(t, receive(t, o, image))
 	other := bytes.Repeat([]byte{7}, 1<<20)
@@ -119,6 +123,7 @@ func TestDoneNeedsForce(t *testing.T) {
 }
 
 func TestHeldDataNeedsForce(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	o, image := setup(t)
 	// Data that no upload wrote: a boot sector.
 	f, err := os.OpenFile(o.Device, os.O_WRONLY, 0)
@@ -143,6 +148,7 @@ func TestHeldDataNeedsForce(t *testing.T) {
 // its record Importing and data on the disk; the next one writes without
 // --force.
 func TestInterruptedRerun(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	o, image := setup(t)
 	o.Size = imageSize
 	err := diskupload.Receive(t.Context(), bytes.NewReader(image[:imageSize/2]), o)

@@ -18,6 +18,7 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/diskimport"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // recorder is a Reporter that keeps what it was told.
@@ -114,6 +115,7 @@ func fileBytes(t *testing.T, path string) []byte {
 // disk alone, also when the guest has written to it and when the source
 // changed, which an event tells.
 func TestRunOnce(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	f := newFixture(t)
 	rep := &recorder{}
 	require.NoError(t, f.run(t, rep))
@@ -152,6 +154,7 @@ func TestRunOnce(t *testing.T) {
 // directory; the import makes its sparse image file at the claim's size
 // and records it under the disk's volume name.
 func TestRunFilesystemClaim(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	f := newFixture(t)
 	claim := filepath.Join(t.TempDir(), "root-disk")
 	require.NoError(t, os.Mkdir(claim, 0o700))
@@ -172,6 +175,7 @@ func TestRunFilesystemClaim(t *testing.T) {
 // TestRunContainerDisk: a containerDisk's copy (made by vm-runner disk
 // fetch) is imported under the image's name and removed after.
 func TestRunContainerDisk(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	f := newFixture(t)
 	const ref = "registry.example/disks/debian:13"
 	f.cfg.VM.Drives[0].Source.ContainerDisk = ref
@@ -204,6 +208,7 @@ func TestRunHeldData(t *testing.T) {
 // the error name the disk and the cause, and a run with the right
 // checksum imports after all.
 func TestRunChecksumMismatch(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	f := newFixture(t)
 	right := f.cfg.VM.Drives[0].Source.Checksum
 	f.cfg.VM.Drives[0].Source.Checksum = checksum(t, f.image2)
@@ -226,6 +231,7 @@ func TestRunChecksumMismatch(t *testing.T) {
 
 // TestRunStandAlone: without a reporter the import still runs.
 func TestRunStandAlone(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	f := newFixture(t)
 	require.NoError(t, Run(t.Context(), Options{Config: f.cfg, ScratchDir: f.scratch}))
 	require.Equal(t, fileBytes(t, f.image), f.diskHead(t))
@@ -235,6 +241,7 @@ func TestRunStandAlone(t *testing.T) {
 // Importing, the disk holds part of an image) is done again, from the
 // source named now.
 func TestRunInterrupted(t *testing.T) {
+	prereq.Commands(t, "qemu-utils", "qemu-img")
 	f := newFixture(t)
 	records := filepath.Join(f.cfg.DataDir, runnerconfig.ImportRecordDir)
 	require.NoError(t, os.MkdirAll(records, 0o755))

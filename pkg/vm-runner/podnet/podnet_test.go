@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/vm-runner/dhcp"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // helperEnv makes the test binary run Setup (in the network namespace it
@@ -82,12 +83,8 @@ type pod struct {
 
 func newPod(t testing.TB) *pod {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: makes network namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip (iproute2)")
-	}
+	prereq.Root(t, "makes network namespaces")
+	prereq.Commands(t, "iproute2", "ip")
 	id := os.Getpid() % 10000
 	p := &pod{ns: fmt.Sprintf("vmop-podnet-%d", id)}
 	host := fmt.Sprintf("vpn%dh", id)

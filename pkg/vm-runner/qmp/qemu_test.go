@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vmop/vmop/pkg/vm-runner/qmp/qmptest"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 const qemuBinary = "qemu-system-x86_64"
@@ -45,6 +46,7 @@ type testQEMU struct {
 // test binary dies.
 func startQEMU(t testing.TB, o qemuOpts) *testQEMU {
 	t.Helper()
+	prereq.Commands(t, "qemu-system-x86", qemuBinary)
 	bin, err := exec.LookPath(qemuBinary)
 	if err != nil {
 		t.Fatalf("%s not found (%v): run `make deps` to install qemu", qemuBinary, err)

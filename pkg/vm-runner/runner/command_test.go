@@ -15,6 +15,7 @@ import (
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -103,10 +104,12 @@ func TestFirmwareKinds(t *testing.T) {
 // another size (another runner image) are refused with what to do, rather
 // than handed to qemu; matching ones are kept as they are.
 func TestFirmwareVarsOfAnotherBuild(t *testing.T) {
-	fw, err := firstBuild(firmwareFiles["uefi-4m"])
-	if err != nil {
-		t.Skipf("no OVMF here: %v", err)
-	}
+	var fw flash
+	var err error
+	prereq.Installed(t, "OVMF (Debian: ovmf)", func() error {
+		fw, err = firstBuild(firmwareFiles["uefi-4m"])
+		return err
+	})
 	dir := t.TempDir()
 	vars := filepath.Join(dir, "fw-vars.fd")
 	require.NoError(t, os.WriteFile(vars, make([]byte, 128<<10), 0o600))

@@ -20,6 +20,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/spicetest"
 )
 
@@ -37,7 +38,7 @@ func vmRunner(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(vmRunnerDir, "vm-runner")
 	vmRunnerBuild.Do(func() {
-		out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/vm-runner").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", bin, "github.com/vmop/vmop/cmd/vm-runner").CombinedOutput()
 		if err != nil {
 			vmRunnerErr = fmt.Errorf("building vm-runner: %w\n%s", err, out)
 		}
@@ -69,14 +70,11 @@ type vm struct {
 	spicePort                    int
 }
 
-// requireTools fails (not skips) when qemu is missing: make deps installs it.
+// requireTools skips under -short and fails (not skips) when qemu is
+// missing: make deps installs it.
 func requireTools(t testing.TB) {
 	t.Helper()
-	for _, tool := range []string{"qemu-system-x86_64", "swtpm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: run make deps", tool)
-		}
-	}
+	prereq.Commands(t, "qemu-system-x86, swtpm", "qemu-system-x86_64", "swtpm")
 }
 
 func freePort(t testing.TB) int {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcache"
 )
 
@@ -68,6 +69,8 @@ func ReadFile(disk, path string) (string, error) {
 // must not write to it: Disk gives each its own copy.
 func Image(t testing.TB) string {
 	t.Helper()
+	prereq.Root(t, "mmdebstrap builds the Debian guest's image")
+	prereq.Commands(t, "mmdebstrap, fdisk, e2fsprogs", "mmdebstrap", "sfdisk", "debugfs")
 	path, err := image()
 	if err != nil {
 		t.Fatalf("debian guest: %v", err)

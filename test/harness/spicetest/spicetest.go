@@ -73,7 +73,7 @@ func Login(ctx context.Context, addr, password string) (ok bool, err error) {
 	defer conn.Close()
 	// Unblock pending I/O once ctx is done (not at its deadline, so the
 	// error below is reliably ctx.Err()).
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
 	ok, err = link(conn, password)

@@ -13,10 +13,14 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 func TestLoginTicketing(t *testing.T) {
@@ -88,7 +92,7 @@ func TestLoginClosedPort(t *testing.T) {
 func TestLoginContextTimeout(t *testing.T) {
 	t.Parallel()
 	// A peer that accepts and never answers must not hang Login.
-	addr := fakeServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+	addr := fakeServer(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	_, err := Login(ctx, addr, "x")
@@ -101,7 +105,7 @@ func TestLoginLinkError(t *testing.T) {
 	t.Parallel()
 	// spice-server reports link errors as a reply with only the error set.
 	addr := fakeServer(t, func(c net.Conn) {
-		io.ReadFull(c, make([]byte, linkHeaderSize+linkMessSize+4))
+		_, _ = io.ReadFull(c, make([]byte, linkHeaderSize+linkMessSize+4))
 		le := binary.LittleEndian
 		b := le.AppendUint32(nil, magic)
 		b = le.AppendUint32(b, versionMajor)
@@ -109,7 +113,7 @@ func TestLoginLinkError(t *testing.T) {
 		b = le.AppendUint32(b, linkReplySize)
 		b = le.AppendUint32(b, 4) // version mismatch
 		b = append(b, make([]byte, linkReplySize-4)...)
-		c.Write(b)
+		_, _ = c.Write(b)
 	})
 	_, err := Login(t.Context(), addr, "x")
 	var le LinkError
@@ -121,8 +125,8 @@ func TestLoginLinkError(t *testing.T) {
 func TestLoginBadMagic(t *testing.T) {
 	t.Parallel()
 	addr := fakeServer(t, func(c net.Conn) {
-		io.ReadFull(c, make([]byte, linkHeaderSize+linkMessSize+4))
-		c.Write([]byte("RFB 003.008\n0000"))
+		_, _ = io.ReadFull(c, make([]byte, linkHeaderSize+linkMessSize+4))
+		_, _ = c.Write([]byte("RFB 003.008\n0000"))
 	})
 	if _, err := Login(t.Context(), addr, "x"); err == nil {
 		t.Fatal("Login against non-SPICE peer: want error")
@@ -166,17 +170,10 @@ func fakeServer(t *testing.T, handle func(net.Conn)) string {
 	return l.Addr().String()
 }
 
-// freeAddr returns a loopback address nothing listens on (racy, but the
-// kernel does not hand out a just-freed port again quickly).
+// freeAddr returns a loopback address nothing listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(freeport.Get(t)))
 }
 
 // startQEMU starts a paused qemu with a SPICE server on loopback; extra is
@@ -184,9 +181,10 @@ func freeAddr(t *testing.T) string {
 // client that has left capabilities negotiation.
 func startQEMU(t *testing.T, extra string) (string, *qmp) {
 	t.Helper()
+	prereq.Commands(t, "qemu-system-x86", "qemu-system-x86_64")
 	bin, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Fatalf("qemu-system-x86_64 not found (Debian package qemu-system-x86): run `make deps`")
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "qmp.sock")
@@ -208,9 +206,9 @@ func startQEMU(t *testing.T, extra string) (string, *qmp) {
 		t.Fatalf("start qemu: %v", err)
 	}
 	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
 		if t.Failed() {
 			t.Logf("qemu output:\n%s", stderr.String())
@@ -235,7 +233,9 @@ func startQEMU(t *testing.T, extra string) (string, *qmp) {
 		}
 	}
 	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	q := &qmp{conn: conn, dec: json.NewDecoder(conn)}
 	var greeting map[string]json.RawMessage
 	if err := q.dec.Decode(&greeting); err != nil {
@@ -263,7 +263,9 @@ func (q *qmp) exec(t *testing.T, command string, args map[string]any) {
 }
 
 func (q *qmp) run(command string, args map[string]any) error {
-	q.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := q.conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return err
+	}
 	req := map[string]any{"execute": command}
 	if args != nil {
 		req["arguments"] = args

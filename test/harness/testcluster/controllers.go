@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/freeport"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +41,7 @@ var controllers = []string{
 // startControllerManager runs kube-controller-manager as a member of
 // system:masters and waits until it is healthy.
 func (c *Cluster) startControllerManager(ctx context.Context, timeout time.Duration, more []string) error {
-	ports, err := FreePorts(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return err
 	}

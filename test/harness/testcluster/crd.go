@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/yaml"
 )
@@ -44,16 +44,13 @@ func (c *Cluster) InstallCRD(ctx context.Context, manifest []byte) error {
 	if err != nil {
 		return err
 	}
-	var last error
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = eventually.Until(ctx, 30*time.Second, func(ctx context.Context) error {
 		got, err := crds.Get(ctx, crd.Name, metav1.GetOptions{})
 		if err != nil {
-			last = err
-			return false, nil
+			return err
 		}
 		if !established(got) {
-			last = fmt.Errorf("not established: %v", got.Status.Conditions)
-			return false, nil
+			return fmt.Errorf("not established: %v", got.Status.Conditions)
 		}
 		for _, v := range crd.Spec.Versions {
 			if !v.Served {
@@ -62,22 +59,20 @@ func (c *Cluster) InstallCRD(ctx context.Context, manifest []byte) error {
 			gv := crd.Spec.Group + "/" + v.Name
 			list, err := dc.ServerResourcesForGroupVersion(gv)
 			if err != nil {
-				last = err
-				return false, nil
+				return err
 			}
 			found := false
 			for _, r := range list.APIResources {
 				found = found || r.Name == crd.Spec.Names.Plural
 			}
 			if !found {
-				last = fmt.Errorf("%s not in discovery of %s", crd.Spec.Names.Plural, gv)
-				return false, nil
+				return fmt.Errorf("%s not in discovery of %s", crd.Spec.Names.Plural, gv)
 			}
 		}
-		return true, nil
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("CRD %s: %w (last: %v)", crd.Name, err, last)
+		return fmt.Errorf("CRD %s not ready within 30s: %w", crd.Name, err)
 	}
 	return nil
 }

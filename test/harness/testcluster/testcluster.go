@@ -25,6 +25,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -104,6 +107,7 @@ func New(t testing.TB) *Cluster {
 // NewWithOptions is New with options.
 func NewWithOptions(t testing.TB, opts Options) *Cluster {
 	t.Helper()
+	prereq.ControlPlane(t, opts.binaries()...)
 	c, err := Start(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("test cluster: %v", err)
@@ -119,6 +123,18 @@ func NewWithOptions(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
+// binaries are the control-plane binaries that opts need.
+func (opts Options) binaries() []string {
+	bins := []string{"kube-apiserver"}
+	if opts.Controllers {
+		bins = append(bins, "kube-controller-manager")
+	}
+	if len(opts.Nodes) > 0 {
+		bins = append(bins, "kwok")
+	}
+	return bins
+}
+
 // Start runs etcd, kube-apiserver and what opts ask for, and waits until all
 // are ready. ctx bounds the start only, not the life of the processes.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
@@ -127,14 +143,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	c = &Cluster{Dir: opts.Dir, BinDir: opts.BinDir}
 	if c.BinDir == "" {
-		bins := []string{"kube-apiserver"}
-		if opts.Controllers {
-			bins = append(bins, "kube-controller-manager")
-		}
-		if len(opts.Nodes) > 0 {
-			bins = append(bins, "kwok")
-		}
-		if c.BinDir, err = KubeBinDir(ctx, bins...); err != nil {
+		if c.BinDir, err = KubeBinDir(ctx, opts.binaries()...); err != nil {
 			return nil, err
 		}
 	}
@@ -185,7 +194,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 }
 
 func (c *Cluster) startEtcd(ctx context.Context, bin string, timeout time.Duration) error {
-	ports, err := FreePorts(2)
+	ports, err := freeport.Ports(2)
 	if err != nil {
 		return err
 	}
@@ -226,7 +235,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 	if err := writeRSAKey(c.saKey); err != nil {
 		return err
 	}
-	ports, err := FreePorts(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return err
 	}
@@ -400,36 +409,16 @@ func waitHTTP(ctx context.Context, p *Process, timeout time.Duration, client *ht
 // is up; errors name what was awaited, say why it was not ready yet and carry
 // the end of the process's log.
 func WaitUntil(ctx context.Context, p *Process, timeout time.Duration, what string, ready func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		err := ready(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.Done():
-			return fmt.Errorf("%s exited (%v) before %s was ready; log %s:\n%s", p.Name, p.Err(), what, p.Log, p.LogTail(30))
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %s not ready after %v (%v); log %s:\n%s", p.Name, what, timeout, err, p.Log, p.LogTail(30))
-		case <-time.After(100 * time.Millisecond):
-		}
+	err := eventually.UntilExit(ctx, p.Done(), timeout, ready)
+	if err == nil {
+		return nil
 	}
-}
-
-// FreePorts finds n loopback ports that are free now; all are held open
-// together so that they differ.
-func FreePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	select {
+	case <-p.Done():
+		return fmt.Errorf("%s exited (%v) before %s was ready; log %s:\n%s", p.Name, p.Err(), what, p.Log, p.LogTail(30))
+	default:
+		return fmt.Errorf("%s: %s not ready after %v (%v); log %s:\n%s", p.Name, what, timeout, err, p.Log, p.LogTail(30))
 	}
-	return ports, nil
 }
 
 func randomToken() (string, error) {

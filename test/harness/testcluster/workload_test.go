@@ -1,7 +1,6 @@
 package testcluster_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"syscall"
@@ -15,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -98,7 +97,7 @@ func TestStatefulSetRunsAndIsCollected(t *testing.T) {
 	}
 
 	pods := cs.CoreV1().Pods(ns)
-	eventually(t, ctx, time.Minute, "pod web-0 Running and Ready", func(ctx context.Context) error {
+	eventually.Succeeds(t, time.Minute, func() error { // pod web-0 Running and Ready
 		pod, err := pods.Get(ctx, "web-0", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -118,7 +117,7 @@ func TestStatefulSetRunsAndIsCollected(t *testing.T) {
 	if err := cs.AppsV1().StatefulSets(ns).Delete(ctx, "web", metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
 		t.Fatalf("delete StatefulSet: %v", err)
 	}
-	eventually(t, ctx, time.Minute, "pod web-0 gone", func(ctx context.Context) error {
+	eventually.Succeeds(t, time.Minute, func() error { // pod web-0 gone
 		pod, err := pods.Get(ctx, "web-0", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -156,7 +155,7 @@ func TestStatefulSetRunsAndIsCollected(t *testing.T) {
 	if err := widgets.Delete(ctx, "w", metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
 		t.Fatalf("delete Widget: %v", err)
 	}
-	eventually(t, ctx, 15*time.Second, "Widget and its ConfigMap gone", func(ctx context.Context) error {
+	eventually.Succeeds(t, 15*time.Second, func() error { // Widget and its ConfigMap gone
 		if _, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "owned", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ConfigMap: %v", err)
 		}
@@ -176,20 +175,6 @@ func TestStatefulSetRunsAndIsCollected(t *testing.T) {
 		if err := syscall.Kill(-p.Pid(), 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("%s (pid %d): process group still there after Stop (kill: %v)", p.Name, p.Pid(), err)
 		}
-	}
-}
-
-// eventually polls check for up to timeout and fails the test with the last
-// error if it never returns nil.
-func eventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, check func(context.Context) error) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		last = check(ctx)
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v (last: %v)", what, err, last)
 	}
 }
 

@@ -17,6 +17,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // Namespace is the containerd namespace of the tests' images and
@@ -62,18 +65,11 @@ func Check() error {
 	return nil
 }
 
-// Start starts a containerd for t, stopped at t's cleanup. It skips t
-// when containerd or runc is missing, unless VMOP_REQUIRE_CONTAINERD is set
-// (make test sets it, so that a missing install fails rather than hides
-// the tests).
+// Start starts a containerd for t, stopped at t's cleanup. Under -short it
+// skips t; otherwise a missing install fails t (see test/harness/prereq).
 func Start(t testing.TB) *Containerd {
 	t.Helper()
-	if err := Check(); err != nil {
-		if os.Getenv("VMOP_REQUIRE_CONTAINERD") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	prereq.Installed(t, "root, containerd and runc", Check)
 	c, err := Run(Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -124,26 +120,21 @@ state = %q
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	go func() { c.cmd.Wait(); log.Close(); close(c.exited) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := c.Ctr(context.Background(), "version").Run(); err == nil {
-			return c, nil
-		}
-		var err error
-		select {
-		case <-c.exited:
-			err = fmt.Errorf("containerd exited at start:\n%s", c.Log())
-		case <-time.After(100 * time.Millisecond):
-			if time.Now().After(deadline) {
-				err = fmt.Errorf("containerd did not answer in 30 s:\n%s", c.Log())
-			}
-		}
-		if err != nil {
-			c.Stop()
-			return nil, err
-		}
+	go func() { _ = c.cmd.Wait(); log.Close(); close(c.exited) }()
+	err = eventually.UntilExit(context.Background(), c.exited, 30*time.Second, func(ctx context.Context) error {
+		return c.Ctr(ctx, "version").Run()
+	})
+	if err == nil {
+		return c, nil
 	}
+	select {
+	case <-c.exited:
+		err = fmt.Errorf("containerd exited at start:\n%s", c.Log())
+	default:
+		err = fmt.Errorf("containerd did not answer in 30 s (%w):\n%s", err, c.Log())
+	}
+	_ = c.Stop()
+	return nil, err
 }
 
 // Log is containerd's own output so far.
@@ -205,26 +196,23 @@ func (c *Containerd) Stop() error {
 	default:
 		if out, err := ctr("tasks", "list", "--quiet"); err == nil {
 			for _, id := range strings.Fields(string(out)) {
-				ctr("tasks", "kill", "--all", "--signal", "SIGKILL", id)
-				deadline := time.Now().Add(10 * time.Second)
-				for time.Now().Before(deadline) {
-					if _, err := ctr("tasks", "delete", id); err == nil {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
+				_, _ = ctr("tasks", "kill", "--all", "--signal", "SIGKILL", id)
+				_ = eventually.Until(context.Background(), 10*time.Second, func(context.Context) error {
+					_, err := ctr("tasks", "delete", id)
+					return err
+				})
 			}
 		}
 		if out, err := ctr("containers", "list", "--quiet"); err == nil {
 			for _, id := range strings.Fields(string(out)) {
-				ctr("containers", "delete", id)
+				_, _ = ctr("containers", "delete", id)
 			}
 		}
-		c.cmd.Process.Signal(syscall.SIGTERM)
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-c.exited:
 		case <-time.After(10 * time.Second):
-			c.cmd.Process.Kill()
+			_ = c.cmd.Process.Kill()
 			<-c.exited
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcache"
 )
 
@@ -133,25 +134,8 @@ func hasPVHNote(vmlinux []byte) bool {
 // unmodified guest: firmware crawls and the kernel stops with "KVM internal
 // error ... emulation failure", while qemu reports KVM as enabled.
 func Accel() string {
-	if kvmUsable() {
+	if prereq.KVMUsable() {
 		return "kvm:tcg"
 	}
 	return "tcg"
-}
-
-func kvmUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	for _, m := range []string{"kvm_intel", "kvm_amd"} {
-		if _, err := os.Stat(filepath.Join("/sys/module", m)); err == nil {
-			return true
-		}
-	}
-	// Built-in kvm_intel/kvm_amd has no /sys/module entry without
-	// parameters; only distrust KVM when it is known to be PVM.
-	_, err = os.Stat("/sys/module/kvm_pvm")
-	return err != nil
 }

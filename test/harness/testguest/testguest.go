@@ -36,6 +36,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcache"
 )
 
@@ -176,6 +177,7 @@ var (
 // fails the test: a skip would hide that the VM tests did not run.
 func Build(t testing.TB) Guest {
 	t.Helper()
+	prereq.Commands(t, "qemu-system-x86", "qemu-system-x86_64")
 	once.Do(func() {
 		built, buildNote, buildErr = build()
 		if buildNote != "" {

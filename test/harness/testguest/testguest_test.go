@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // Generous: TCG on a loaded two-core CI machine.
@@ -25,13 +27,8 @@ const bootTimeout = 60 * time.Second
 
 func TestGuest(t *testing.T) {
 	g := Build(t)
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Fatalf("qemu-system-x86_64: %v: run `make deps`", err)
-	}
 	t.Run("accel=kvm:tcg", func(t *testing.T) {
-		if Accel() == "tcg" {
-			t.Skip("no usable KVM here (see Accel); accel=tcg covers the guest")
-		}
+		prereq.KVM(t) // accel=tcg covers the guest without it
 		t.Parallel()
 		testHotplugAndPowerdown(t, g, Accel())
 	})
@@ -67,7 +64,7 @@ func TestGuest(t *testing.T) {
 			t.Fatalf("qemu exited after system_powerdown: %v", vm.exitErr)
 		case <-time.After(5 * time.Second):
 		}
-		vm.qmp.exec("quit", nil, nil) // qemu may close before replying
+		_ = vm.qmp.exec("quit", nil, nil) // qemu may close before replying
 		vm.waitExit(t, 10*time.Second)
 	})
 }
@@ -217,7 +214,7 @@ func startVM(t *testing.T, g Guest, accel string, qemuArgs ...string) *vm {
 		select {
 		case <-v.exited:
 		default:
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill()
 			<-v.exited
 		}
 		if t.Failed() {
@@ -457,8 +454,11 @@ func TestResolveModules(t *testing.T) {
 		"kernel/a/virtio_ring.ko: kernel/a/virtio.ko\n" +
 		"kernel/a/virtio-pci.ko.xz: kernel/a/virtio_ring.ko kernel/a/virtio.ko\n" +
 		"kernel/b/evdev.ko:\n"
-	os.WriteFile(filepath.Join(dir, "modules.dep"), []byte(dep), 0o644)
-	os.WriteFile(filepath.Join(dir, "modules.builtin"), []byte("kernel/drivers/acpi/button.ko\n"), 0o644)
+	for name, content := range map[string]string{"modules.dep": dep, "modules.builtin": "kernel/drivers/acpi/button.ko\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	got, err := resolveModules(dir, []string{"button", "virtio_pci", "virtio_ring", "evdev"})
 	if err != nil {
 		t.Fatal(err)
@@ -495,8 +495,12 @@ func TestReadModule(t *testing.T) {
 	want := []byte("\x7fELF fake module")
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
-	zw.Write(want)
-	zw.Close()
+	if _, err := zw.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
 	files := map[string][]byte{"a.ko": want, "b.ko.gz": gz.Bytes()}
 	// Debian compresses modules with xz (no BCJ filter), which busybox reads.
 	if xz, err := exec.LookPath("xz"); err == nil {

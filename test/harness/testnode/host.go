@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"fmt"
-	"github.com/vmop/vmop/test/harness/testcontainerd"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+
+	"github.com/vmop/vmop/test/harness/testcontainerd"
 )
 
 // kubeletSysctls are the kernel settings the kubelet changes at start

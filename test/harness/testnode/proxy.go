@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -27,7 +28,7 @@ import (
 // and ip6tables chains it leaves nfacct counters in the kernel, which the
 // node removes with the chains (host.go).
 func (n *Node) startKubeProxy(ctx context.Context, bin string) error {
-	ports, err := testcluster.FreePorts(2)
+	ports, err := freeport.Ports(2)
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,13 @@
 package testnode
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -17,9 +18,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -48,14 +49,15 @@ func testServices(t *testing.T, n *Node, before map[string]string) {
 	created := time.Now()
 	clusterIP := net.JoinHostPort(svc.Spec.ClusterIP, "80")
 	var answer string
-	var askErr error
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	eventually.Succeeds(t, time.Minute, func() error {
 		// A short wait: a connection begun before kube-proxy has the
 		// Service goes to the bridge, and stays there until it fails.
-		answer, askErr = ask(clusterIP, 500*time.Millisecond)
-		return askErr == nil, nil
+		answer, err = ask(clusterIP, 500*time.Millisecond)
+		if err != nil {
+			return fmt.Errorf("ClusterIP %s: %w", clusterIP, err)
+		}
+		return nil
 	})
-	require.NoError(t, err, "ClusterIP %s: %v", clusterIP, askErr)
 	t.Logf("ClusterIP %s answered %v after the Service's create", clusterIP, time.Since(created).Round(time.Millisecond))
 	require.Equal(t, "server\n", answer)
 
@@ -163,12 +165,13 @@ func freeServiceIP(t *testing.T, n *Node) string {
 // awaitError calls try until it fails with want, for up to a minute: until
 // kube-proxy has a new Service, its packets go to the bridge instead.
 func awaitError(t *testing.T, what string, try func() error, want syscall.Errno) {
-	var err error
-	werr := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		err = try()
-		return errors.Is(err, want), nil
+	t.Helper()
+	eventually.Succeeds(t, time.Minute, func() error {
+		if err := try(); !errors.Is(err, want) {
+			return fmt.Errorf("%s: want %v, got %v", what, want, err)
+		}
+		return nil
 	})
-	require.NoError(t, werr, "%s: want %v, got %v", what, want, err)
 }
 
 // outsideAddress is an address of the machine's own outside the node's
@@ -185,7 +188,8 @@ func outsideAddress(t *testing.T) string {
 			return ip.String()
 		}
 	}
-	t.Skip("the machine has no IPv4 address outside the node's subnet")
+	// A fact of this machine's network, not a missing install.
+	t.Skip("the machine has no IPv4 address outside the node's subnet (its network, not an install)")
 	return ""
 }
 
@@ -224,19 +228,16 @@ func runPod(t *testing.T, n *Node, pod *corev1.Pod, phases ...corev1.PodPhase) *
 	pods := n.Client.CoreV1().Pods("default")
 	_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	eventually.Succeeds(t, 2*time.Minute, func() error {
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return err
 		}
 		pod = p
-		for _, phase := range phases {
-			if p.Status.Phase == phase {
-				return true, nil
-			}
+		if !slices.Contains(phases, p.Status.Phase) {
+			return fmt.Errorf("pod %s: %+v", pod.Name, pod.Status)
 		}
-		return false, nil
+		return nil
 	})
-	require.NoError(t, err, "pod %s: %+v", pod.Name, pod.Status)
 	return pod
 }

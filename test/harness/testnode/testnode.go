@@ -34,6 +34,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vmop/vmop/internal/imagebuild"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/testcontainerd"
 )
@@ -334,7 +336,7 @@ func (n *Node) buildImage(name, ref string) (string, error) {
 
 // startKubelet writes the kubelet's config and runs it; see RestartKubelet.
 func (n *Node) startKubelet(ctx context.Context, bin string) error {
-	ports, err := testcluster.FreePorts(2)
+	ports, err := freeport.Ports(2)
 	if err != nil {
 		return err
 	}
@@ -466,7 +468,8 @@ func (n *Node) deletePods() {
 	if n.ControllerManager != nil {
 		n.ControllerManager.Stop()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	const wait = 30 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	pods := n.Client.CoreV1().Pods(metav1.NamespaceAll)
 	list, err := pods.List(ctx, metav1.ListOptions{})
@@ -477,17 +480,13 @@ func (n *Node) deletePods() {
 	for _, p := range list.Items {
 		_ = n.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	}
-	for {
+	_ = eventually.Until(ctx, wait, func(ctx context.Context) error {
 		list, err := pods.List(ctx, metav1.ListOptions{})
-		if err == nil && len(list.Items) == 0 {
-			return
+		if err == nil && len(list.Items) > 0 {
+			err = fmt.Errorf("%d pods left", len(list.Items))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return err
+	})
 }
 
 // RestartKubelet stops the kubelet and starts it again with the same

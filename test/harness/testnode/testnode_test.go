@@ -1,13 +1,13 @@
 package testnode
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vmop/vmop/test/harness/prereq"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,14 +110,9 @@ func hostSnapshot(t *testing.T) map[string]string {
 	return s
 }
 
-// skipWithout skips t when the machine cannot run a node, or fails it when
-// VMOP_REQUIRE_CONTAINERD says that it must.
+// skipWithout skips t under -short and fails it when the machine cannot
+// run a node.
 func skipWithout(t testing.TB) {
 	t.Helper()
-	if err := Check(); err != nil {
-		if os.Getenv("VMOP_REQUIRE_CONTAINERD") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	prereq.Installed(t, "root, containerd, runc, iptables, the CNI plugins and a control plane", Check)
 }

@@ -10,11 +10,11 @@ package vmtest
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +31,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/plugintest"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
@@ -278,18 +279,18 @@ func (e *Env) writeStatus(t testing.TB, name string, status map[string]any) {
 // waitPodReady waits until kwok runs the pod of the VM name in Namespace.
 func (e *Env) waitPodReady(t testing.TB, name string) {
 	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	eventually.Within(t, 60*time.Second, func() string {
 		pod, err := e.Kube.CoreV1().Pods(Namespace).Get(t.Context(), name+"-0", metav1.GetOptions{})
-		if !assert.NoError(c, err) {
-			return
+		if err != nil {
+			return err.Error()
 		}
-		assert.Equal(c, corev1.PodRunning, pod.Status.Phase)
-		ready := false
 		for _, cond := range pod.Status.Conditions {
-			ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+			if pod.Status.Phase == corev1.PodRunning && cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return ""
+			}
 		}
-		assert.True(c, ready, "pod %s ready", pod.Name)
-	}, 60*time.Second, 100*time.Millisecond)
+		return fmt.Sprintf("pod %s: phase %s, not ready", pod.Name, pod.Status.Phase)
+	})
 }
 
 // bindClaims marks the claims of the VM name in Namespace bound with what

@@ -18,17 +18,14 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // Start runs a virtual X screen until the test ends and returns its
 // DISPLAY. It fails the test when Xvfb or xwd is missing.
 func Start(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"Xvfb", "xwd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: run make deps", tool)
-		}
-	}
+	prereq.Commands(t, "xvfb, x11-apps", "Xvfb", "xwd")
 	return startXvfb(t)
 }
 

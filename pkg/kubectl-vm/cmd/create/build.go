@@ -295,7 +295,7 @@ func readFile(file string) ([]byte, error) {
 // unwrapPath drops the file name from an open error: the caller names it
 // with its flag.
 func unwrapPath(err error) error {
-	if pe, ok := err.(*os.PathError); ok {
+	if pe, ok := errors.AsType[*os.PathError](err); ok {
 		return pe.Err
 	}
 	return err

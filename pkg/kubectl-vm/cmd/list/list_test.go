@@ -20,6 +20,7 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/list"
 	"github.com/vmop/vmop/test/harness/golden"
 	"github.com/vmop/vmop/test/harness/plugintest"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/vmtest"
 )
@@ -133,10 +134,9 @@ func throughKubectl(t *testing.T, e *vmtest.Env) {
 	build.Dir = root
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
+	prereq.Commands(t, "kubectl", "kubectl")
 	kubectlBin, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not installed")
-	}
+	require.NoError(t, err)
 	kubectl := func(args ...string) (stdout, stderr string, code int) {
 		// kubectl takes no flags before a plugin's name: the cluster is in
 		// the environment.

@@ -19,8 +19,8 @@ func TestUntilDone(t *testing.T) {
 		read <- err
 	}()
 	select {
-	case <-read:
-		t.Fatal("the follower's stdin ended before the command")
+	case err := <-read:
+		t.Fatalf("the follower's stdin ended before the command (%v)", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	cancel()

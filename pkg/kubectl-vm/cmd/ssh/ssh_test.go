@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
+	"github.com/vmop/vmop/test/harness/prereq"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
@@ -93,9 +94,7 @@ func TestSSHArgs(t *testing.T) {
 // TestProxyCommandReachesTheShell: ssh hands the ProxyCommand, its %
 // expanded, to the shell; the words arrive as they were.
 func TestProxyCommandReachesTheShell(t *testing.T) {
-	if _, err := exec.LookPath(Client); err != nil {
-		t.Fatalf("%s not found: run make deps (openssh-client)", Client)
-	}
+	prereq.Commands(t, "openssh-client", Client)
 	dir := t.TempDir()
 	// A stand-in for kubectl-vm that records its arguments, one per line.
 	self := filepath.Join(dir, "kubectl vm's %d")
