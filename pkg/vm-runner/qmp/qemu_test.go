@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/freeport"
+
 	"github.com/vmop/vmop/pkg/vm-runner/qmp/qmptest"
 	"github.com/vmop/vmop/test/harness/prereq"
 )
@@ -54,7 +56,7 @@ func startQEMU(t testing.TB, o qemuOpts) *testQEMU {
 	if o.maxCPUs == 0 {
 		o.maxCPUs = 4
 	}
-	q := &testQEMU{dir: qmptest.TempDir(t), spicePort: freePort(t)}
+	q := &testQEMU{dir: qmptest.TempDir(t), spicePort: freeport.Get(t)}
 	q.sock = filepath.Join(q.dir, "qmp.sock")
 	q.log = filepath.Join(q.dir, "qemu.log")
 	args := []string{"-S", "-nodefaults", "-display", "none",
@@ -112,16 +114,6 @@ func (q *testQEMU) dial(t testing.TB) *Monitor {
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // waitEvent reads ch until an event called name arrives.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/freeport"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,7 +33,7 @@ func TestQEMUHostfwd(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []UserNetdev{{ID: "u0", MAC: "52:54:00:12:34:56"}}, ids, "the user netdevs with a NIC")
 
-	host := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(freePort(t)))
+	host := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(freeport.Get(t)))
 	require.NoError(t, m.HostfwdAdd(ctx, "u0", host, netip.AddrPortFrom(netip.Addr{}, 22)))
 	// slirp accepts on the host side before it connects in the guest.
 	c, err := net.DialTimeout("tcp", host.String(), 5*time.Second)

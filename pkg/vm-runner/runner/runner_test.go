@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmop/vmop/test/harness/freeport"
 
 	"github.com/stretchr/testify/require"
 
@@ -77,14 +78,6 @@ func requireTools(t testing.TB) {
 	prereq.Commands(t, "qemu-system-x86, swtpm", "qemu-system-x86_64", "swtpm")
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // newVM prepares a config directory. The template is the standard one with
 // a second QMP socket, through which the test watches qemu while the
 // runner holds the first.
@@ -95,7 +88,7 @@ func newVM(t testing.TB, vmConfig string, extraTemplate ...string) *vm {
 	dir, err := os.MkdirTemp("", "vmt")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	v := &vm{t: t, dir: dir, config: filepath.Join(dir, "etc", "config.yaml"), runtime: filepath.Join(dir, "run"), spicePort: freePort(t)}
+	v := &vm{t: t, dir: dir, config: filepath.Join(dir, "etc", "config.yaml"), runtime: filepath.Join(dir, "run"), spicePort: freeport.Get(t)}
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "etc"), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "templates"), 0o755))
 	std, _, err := templates.Read(templates.Standard)
