@@ -95,7 +95,7 @@ func TestHostileReaderHugeDocument(t *testing.T) {
 			if want := strings.Count(c.head, "---") + 1; last == nil || last.Index != want || !strings.HasPrefix(err.Error(), "document ") {
 				t.Fatalf("got %+v, %v; want document %d named", last, err, want)
 			}
-			if _, err := r.Next(); err != io.EOF {
+			if _, err := r.Next(); !errors.Is(err, io.EOF) {
 				t.Errorf("after the huge document: %v, want io.EOF", err)
 			}
 			if in.BytesRead() > 2*MaxDocumentSize || n > hostile.MemoryBound {
@@ -112,7 +112,7 @@ func readAll(t *testing.T, in string) []*Document {
 	var docs []*Document
 	for {
 		d, err := r.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return docs
 		}
 		if err != nil {
@@ -163,7 +163,7 @@ func TestHostileReaderBadDocuments(t *testing.T) {
 	var got []string
 	for {
 		d, err := r.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

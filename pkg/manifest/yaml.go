@@ -42,7 +42,7 @@ func YAMLToJSON(doc []byte) ([]byte, error) {
 func checkAliases(doc []byte) error {
 	var v any
 	if yamlv2.Unmarshal(doc, &v) != nil {
-		return nil // the conversion reports it
+		return nil //nolint:nilerr // the conversion reports it
 	}
 	if jsonSize(v, MaxDocumentSize) > MaxDocumentSize {
 		return fmt.Errorf("aliases make the document %w", tooLarge(MaxDocumentSize))
@@ -115,7 +115,7 @@ func manifestJSON(obj any) ([]byte, error) {
 	}
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(b, &fields) != nil {
-		return b, nil // not an object
+		return b, nil //nolint:nilerr // not an object: nothing to drop
 	}
 	delete(fields, "status")
 	return json.Marshal(fields) // with sorted keys, as in YAML

@@ -110,7 +110,7 @@ type tricky struct {
 	Flag       bool                    `json:"flag,string,omitempty"`
 	Ptr        byPointer               `json:"ptr"`
 	Skipped    string                  `json:"-"`
-	Dash       string                  `json:"-,"`
+	Dash       string                  `json:"-,"` //nolint:staticcheck // the field named "-", on purpose
 	NoTag      uint64                  //
 	Float      float64                 `json:"float"`
 	Bytes      []byte                  `json:"bytes"`

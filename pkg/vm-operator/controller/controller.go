@@ -208,7 +208,7 @@ func (c *Controller) watch(kube kubernetes.Interface, dyn dynamic.Interface, ns 
 func trim(obj any) (any, error) {
 	m, err := meta(obj)
 	if err != nil {
-		return obj, nil
+		return obj, nil //nolint:nilerr // not an object with metadata: kept whole
 	}
 	m.SetManagedFields(nil)
 	if a := m.GetAnnotations(); a[corev1.LastAppliedConfigAnnotation] != "" {

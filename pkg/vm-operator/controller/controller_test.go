@@ -194,8 +194,6 @@ func (f *fixture) actions() []string {
 		}
 		s := a.GetVerb() + " " + res
 		switch a := a.(type) {
-		case k8stesting.GetAction:
-			s += " " + a.GetName()
 		case k8stesting.CreateAction:
 			s += " " + a.GetObject().(metav1.Object).GetName()
 		case k8stesting.PatchAction:
@@ -204,6 +202,8 @@ func (f *fixture) actions() []string {
 				s += " (" + string(a.GetPatchType()) + ")"
 			}
 		case k8stesting.DeleteAction:
+			s += " " + a.GetName()
+		case k8stesting.GetAction: // after Patch and Delete, which have GetName too
 			s += " " + a.GetName()
 		}
 		out = append(out, s)

@@ -75,11 +75,11 @@ func (l Lease) options() (leaseOptions, configOptions dhcpv4.Options, err error)
 
 	// T1 and T2 at 0.5 and 0.875 of the lease (RFC 2131 section 4.4.5),
 	// in whole seconds as on the wire.
-	secs := l.Duration / time.Second
+	lease := l.Duration.Truncate(time.Second)
 	leaseOptions = dhcpv4.OptionsFromList(
-		dhcpv4.OptIPAddressLeaseTime(secs*time.Second),
-		dhcpv4.OptRenewTimeValue(secs/2*time.Second),
-		dhcpv4.OptRebindingTimeValue(secs*7/8*time.Second),
+		dhcpv4.OptIPAddressLeaseTime(lease),
+		dhcpv4.OptRenewTimeValue((lease / 2).Truncate(time.Second)),
+		dhcpv4.OptRebindingTimeValue((lease * 7 / 8).Truncate(time.Second)),
 	)
 	maps.Copy(leaseOptions, configOptions)
 	return leaseOptions, configOptions, nil
@@ -98,7 +98,8 @@ func checkName(name string) error {
 			return fmt.Errorf("%q has a label that is not 1 to 63 bytes", name)
 		}
 		for _, c := range []byte(label) {
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			allowed := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+			if !allowed {
 				return fmt.Errorf("%q has the character %q", name, c)
 			}
 		}

@@ -239,8 +239,8 @@ func startUdhcpc(t *testing.T, l link, args ...string) *udhcpc {
 	go func() { c.done <- c.cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = c.cmd.Process.Kill()
-		<-c.done
-		t.Logf("udhcpc on %s: %s", l.guest, c.output)
+		err := <-c.done
+		t.Logf("udhcpc on %s (%v): %s", l.guest, err, c.output)
 	})
 	return c
 }

@@ -292,7 +292,7 @@ func (s *stallReader) Read(p []byte) (int, error) {
 	if n > 0 {
 		s.timer.Reset(s.timeout)
 	}
-	if err != nil && err != io.EOF && context.Cause(s.ctx) != s.ctx.Err() {
+	if err != nil && !errors.Is(err, io.EOF) && context.Cause(s.ctx) != s.ctx.Err() { //nolint:errorlint // identity: a cause other than Err was given
 		// Say that it stalled rather than that it was canceled.
 		return n, context.Cause(s.ctx)
 	}

@@ -444,7 +444,7 @@ func TestImportCancel(t *testing.T) {
 	stalled := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "1000000000")
-		w.Write(make([]byte, 64<<10))
+		_, _ = w.Write(make([]byte, 64<<10))
 		w.(http.Flusher).Flush()
 		close(stalled)
 		<-r.Context().Done()
@@ -504,7 +504,7 @@ func TestImportStall(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "1000000000")
 		for range 3 {
-			w.Write(make([]byte, 64<<10))
+			_, _ = w.Write(make([]byte, 64<<10))
 			w.(http.Flusher).Flush()
 			time.Sleep(300 * time.Millisecond)
 		}
@@ -532,7 +532,7 @@ func TestImportTruncated(t *testing.T) {
 	gz := readFile(t, compress(t, raw, "gz"))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "100000000")
-		w.Write(gz[:len(gz)/2])
+		_, _ = w.Write(gz[:len(gz)/2])
 	}))
 	defer srv.Close()
 	_, err := Import(context.Background(), Source{URL: srv.URL + "/cut.raw.gz"},

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -66,7 +67,7 @@ func checkQcow2Header(file, source string) error {
 	defer f.Close()
 	h := make([]byte, qcow2HeaderV3Len)
 	n, err := io.ReadFull(f, h)
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read %s: %w", file, err)
 	}
 	h = h[:n]

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"time"
@@ -52,7 +51,7 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	n, err := s.r.Read(p)
-	s.hash.Write(p[:n])
+	_, _ = s.hash.Write(p[:n]) // hashes never fail
 	s.n += int64(n)
 	s.progress.report(s.n, false)
 	return n, err
@@ -98,7 +97,7 @@ var errStagedTooLarge = errors.New("the image is larger than the limit")
 
 func stage(ctx context.Context, src io.Reader, size, limit int64, dst *os.File, verify *Checksum, progress func(Progress)) (staged, error) {
 	sum256 := sha256.New()
-	var sum hash.Hash = sum256
+	sum := sum256
 	var hashes io.Writer = sum256
 	if verify != nil && verify.Algorithm != "sha256" {
 		sum = verify.newHash()
@@ -113,7 +112,7 @@ func stage(ctx context.Context, src io.Reader, size, limit int64, dst *os.File, 
 	br := bufio.NewReaderSize(sr, bufSize)
 	var st staged
 	magic, err := br.Peek(len(magicXz))
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		return st, err
 	}
 	var data io.Reader = br
@@ -198,9 +197,9 @@ func writeSparse(f *os.File, r io.Reader) (int64, error) {
 			start = end
 		}
 		off += int64(n)
-		switch rerr {
-		case nil:
-		case io.EOF:
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, io.EOF):
 			// A trailing hole has no block to give the file its size.
 			return off, f.Truncate(off)
 		default:

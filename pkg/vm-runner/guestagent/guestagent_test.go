@@ -48,7 +48,7 @@ func serve(conn net.Conn, stale string) {
 	defer conn.Close()
 	r := bufio.NewReader(conn)
 	enc := json.NewEncoder(conn)
-	conn.Write([]byte(stale))
+	_, _ = conn.Write([]byte(stale))
 	for {
 		b, err := r.ReadBytes('\n')
 		if err != nil {
@@ -66,24 +66,24 @@ func serve(conn net.Conn, stale string) {
 		}
 		switch req.Execute {
 		case "guest-sync-delimited":
-			conn.Write([]byte{0xff})
-			enc.Encode(map[string]any{"return": req.Arguments["id"]})
+			_, _ = conn.Write([]byte{0xff})
+			_ = enc.Encode(map[string]any{"return": req.Arguments["id"]})
 		case "guest-info":
-			enc.Encode(map[string]any{"return": map[string]any{"version": "7.2.15"}})
+			_ = enc.Encode(map[string]any{"return": map[string]any{"version": "7.2.15"}})
 		case "guest-get-osinfo":
-			enc.Encode(map[string]any{"return": map[string]any{"id": "debian", "pretty-name": "Debian GNU/Linux 12 (bookworm)"}})
+			_ = enc.Encode(map[string]any{"return": map[string]any{"id": "debian", "pretty-name": "Debian GNU/Linux 12 (bookworm)"}})
 		case "guest-get-host-name":
-			enc.Encode(map[string]any{"return": map[string]any{"host-name": "deb"}})
+			_ = enc.Encode(map[string]any{"return": map[string]any{"host-name": "deb"}})
 		case "guest-network-get-interfaces":
-			enc.Encode(map[string]any{"return": []any{map[string]any{"name": "eth0", "hardware-address": "52:54:00:12:34:56",
+			_ = enc.Encode(map[string]any{"return": []any{map[string]any{"name": "eth0", "hardware-address": "52:54:00:12:34:56",
 				"ip-addresses": []any{map[string]any{"ip-address-type": "ipv4", "ip-address": "10.0.2.15", "prefix": 24}}}}})
 		case "guest-exec":
-			enc.Encode(map[string]any{"return": map[string]any{"pid": 42}})
+			_ = enc.Encode(map[string]any{"return": map[string]any{"pid": 42}})
 		case "guest-exec-status":
-			enc.Encode(map[string]any{"return": map[string]any{"exited": true, "exitcode": 3,
+			_ = enc.Encode(map[string]any{"return": map[string]any{"exited": true, "exitcode": 3,
 				"out-data": base64.StdEncoding.EncodeToString([]byte("out")), "err-data": base64.StdEncoding.EncodeToString([]byte("err"))}})
 		default:
-			enc.Encode(map[string]any{"error": map[string]any{"class": "CommandNotFound", "desc": "The command " + req.Execute + " has not been found"}})
+			_ = enc.Encode(map[string]any{"error": map[string]any{"class": "CommandNotFound", "desc": "The command " + req.Execute + " has not been found"}})
 		}
 	}
 }
@@ -145,7 +145,7 @@ func FuzzAgentOutput(f *testing.F) {
 		go func() {
 			conn, err := l.Accept()
 			if err == nil {
-				conn.Write(out)
+				_, _ = conn.Write(out)
 				conn.Close()
 			}
 		}()

@@ -78,7 +78,7 @@ func helper(opts, mac string) int {
 // pod is a network namespace with a veth pair to the test's, as a CNI
 // bridge plugin would give a pod: eth0 with an address and a default route.
 type pod struct {
-	ns, resolv string
+	ns string
 }
 
 func newPod(t testing.TB) *pod {

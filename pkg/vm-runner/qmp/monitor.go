@@ -145,7 +145,7 @@ func Dial(ctx context.Context, socket string) (*Monitor, error) {
 		// Disconnect only after Connect returned: they share unsynchronized
 		// fields. The goroutine ends when qemu greets or exits.
 		go func() {
-			<-connected
+			<-connected //nolint:errcheck // Connect's error was given up with ctx
 			_ = mon.Disconnect()
 		}()
 		return nil, fmt.Errorf("qmp: handshake on %s: %w", socket, context.Cause(ctx))
@@ -356,7 +356,7 @@ func isQMPError(err error) bool {
 	// Sentinels built with errors.New that go-qemu's reader may pass on.
 	for _, s := range []error{bufio.ErrTooLong, bufio.ErrNegativeAdvance, bufio.ErrAdvanceTooFar,
 		bufio.ErrBadReadCount, io.EOF, io.ErrUnexpectedEOF, io.ErrNoProgress} {
-		if err == s {
+		if errors.Is(err, s) {
 			return false
 		}
 	}

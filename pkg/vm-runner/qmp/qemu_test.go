@@ -160,7 +160,8 @@ func findBlock(t *testing.T, m *Monitor, ctx context.Context, qdev string) Block
 	return BlockInfo{}
 }
 
-func wantClass(t *testing.T, err error, class string) *Error {
+// wantClass returns the error's description.
+func wantClass(t *testing.T, err error, class string) string {
 	t.Helper()
 	var qe *Error
 	if !errors.As(err, &qe) {
@@ -169,7 +170,7 @@ func wantClass(t *testing.T, err error, class string) *Error {
 	if qe.Class != class {
 		t.Errorf("got class %s (%q), want %s", qe.Class, qe.Desc, class)
 	}
-	return qe
+	return qe.Desc
 }
 
 // TestQEMU drives one VM through the runner's commands, in order.
@@ -229,12 +230,10 @@ func TestQEMU(t *testing.T) {
 			t.Errorf("%d CPUs plugged after adding two, want 3", n)
 		}
 		// The same slot again.
-		qe := wantClass(t, m.AddCPU(ctx, free[0], "cpu-9"), "GenericError")
-		t.Logf("re-plug: %s", qe.Desc)
+		t.Logf("re-plug: %s", wantClass(t, m.AddCPU(ctx, free[0], "cpu-9"), "GenericError"))
 		// A firmware-only guest never ejects a CPU: qemu refuses or waits.
 		if err := m.DeviceDel(ctx, "cpu-1"); err != nil {
-			qe := wantClass(t, err, "GenericError")
-			t.Logf("device_del cpu-1: %s", qe.Desc)
+			t.Logf("device_del cpu-1: %s", wantClass(t, err, "GenericError"))
 		}
 		wantClass(t, m.DeviceDel(ctx, "no-such-device"), "DeviceNotFound")
 	})
@@ -438,8 +437,7 @@ func TestQEMUErrorClasses(t *testing.T) {
 	raw := dialRaw(t, rawSock)
 	ctx := testCtx(t)
 
-	qe := wantClass(t, m.Balloon(ctx, 128<<20), "DeviceNotActive")
-	t.Logf("balloon without device: %s", qe.Desc)
+	t.Logf("balloon without device: %s", wantClass(t, m.Balloon(ctx, 128<<20), "DeviceNotActive"))
 
 	cases := []struct {
 		cmd  string

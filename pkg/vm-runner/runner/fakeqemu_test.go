@@ -539,7 +539,9 @@ func newTestVM(t testing.TB, c runnerconfig.Config) *testVM {
 	t.Cleanup(func() {
 		r.cleanup()
 		if v.ended != nil {
-			<-v.ended
+			if err := <-v.ended; err != nil {
+				t.Logf("loop: %v", err)
+			}
 		}
 		if t.Failed() {
 			t.Logf("runner log:\n%s", v.log.String())

@@ -34,7 +34,7 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 			http.Error(w, "the VM is not running", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("POST /connect", r.serveConnect)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Second}

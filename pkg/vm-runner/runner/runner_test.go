@@ -570,7 +570,9 @@ func (v *vm) runInProcess(rec runner.Reporter) (<-chan error, func()) {
 	}()
 	v.t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			v.t.Logf("runner: %v", err)
+		}
 	})
 	return result, cancel
 }
