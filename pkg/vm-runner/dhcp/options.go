@@ -75,11 +75,11 @@ func (l Lease) options() (leaseOptions, configOptions dhcpv4.Options, err error)
 
 	// T1 and T2 at 0.5 and 0.875 of the lease (RFC 2131 section 4.4.5),
 	// in whole seconds as on the wire.
-	lease := l.Duration.Truncate(time.Second)
+	secs := int64(l.Duration / time.Second)
 	leaseOptions = dhcpv4.OptionsFromList(
-		dhcpv4.OptIPAddressLeaseTime(lease),
-		dhcpv4.OptRenewTimeValue((lease / 2).Truncate(time.Second)),
-		dhcpv4.OptRebindingTimeValue((lease * 7 / 8).Truncate(time.Second)),
+		dhcpv4.OptIPAddressLeaseTime(time.Duration(secs)*time.Second),
+		dhcpv4.OptRenewTimeValue(time.Duration(secs/2)*time.Second),
+		dhcpv4.OptRebindingTimeValue(time.Duration(secs*7/8)*time.Second),
 	)
 	maps.Copy(leaseOptions, configOptions)
 	return leaseOptions, configOptions, nil
