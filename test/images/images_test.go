@@ -285,7 +285,7 @@ func TestOperatorImage(t *testing.T) {
 // ctr run does not pass on the end of stdin.
 func TestFunctionImage(t *testing.T) {
 	prereq.Commands(t, "runc", "runc")
-	krm := filepath.Join(options.Module, "pkg", "cmd", "render", "testdata", "krm", "render")
+	krm := filepath.Join(options.Module, "pkg", "kubectl-vm", "cmd", "render", "testdata", "krm", "render")
 	in, err := os.ReadFile(filepath.Join(krm, "input.yaml"))
 	require.NoError(t, err)
 	want, err := os.ReadFile(filepath.Join(krm, "expected.yaml"))
