@@ -151,8 +151,26 @@ func Render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
 	return render(vm.DeepCopy(), opts)
 }
 
+// Validate returns the *InvalidError that Render would return for vm, or
+// nil, without rendering: for callers that must not act for an invalid VM.
+func Validate(vm *v1.VirtualMachine, opts Options) error {
+	_, err := prepare(vm.DeepCopy(), opts)
+	return err
+}
+
 // render defaults, validates and renders a VM that it may change.
 func render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
+	resetCounter, err := prepare(vm, opts)
+	if err != nil {
+		return nil, err
+	}
+	r := renderer{vm: vm, opts: opts, resetCounter: resetCounter}
+	return r.render()
+}
+
+// prepare defaults and validates vm, which it may change, and returns its
+// reset counter.
+func prepare(vm *v1.VirtualMachine, opts Options) (int64, error) {
 	if vm.Spec.Image == nil && opts.ImageRegistry != "" {
 		vm.Spec.Image = &v1.Image{Source: version.Image(opts.ImageRegistry, version.RunnerImage)}
 	}
@@ -163,10 +181,9 @@ func render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return nil, &InvalidError{Name: vm.Name, Errors: errs}
+		return 0, &InvalidError{Name: vm.Name, Errors: errs}
 	}
-	r := renderer{vm: vm, opts: opts, resetCounter: resetCounter}
-	return r.render()
+	return resetCounter, nil
 }
 
 type renderer struct {

@@ -170,6 +170,14 @@ func TestRenderInvalid(t *testing.T) {
 	}
 	require.Contains(t, err.Error(), `hash-vm: spec.vm.maximumRam: Invalid value: "4Gx"`)
 	require.Contains(t, err.Error(), "hash-vm: spec.vm.currentCpus: Invalid value: 5")
+
+	// Validate says the same without rendering, and leaves vm as it was.
+	before := vm.DeepCopy()
+	require.Equal(t, err, render.Validate(vm, render.Options{}))
+	require.Equal(t, before, vm)
+	valid, err := v1.DecodeJSON(mustJSON(t, hashBase))
+	require.NoError(t, err)
+	require.NoError(t, render.Validate(valid, render.Options{}))
 }
 
 // TestResetCounter: the annotation's value reaches the runner config; a

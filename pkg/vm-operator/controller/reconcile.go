@@ -56,23 +56,25 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 		return macRecheck, c.writeStatus(ctx, u, st)
 	}
 
+	opts := render.Options{ImageRegistry: c.cfg.ImageRegistry}
+	if err := render.Validate(vm, opts); err != nil {
+		// Nothing is written for an invalid VM, not even its runner's
+		// account or display Secret: a half-valid spec must not reach the
+		// pod.
+		return 0, c.writeStatus(ctx, u, invalidStatus(u, err))
+	}
+
 	// A failed write does not end the reconcile: the VM's status must
 	// tell of it, since users cannot read the operator's log.
 	var w writes
-	opts := render.Options{ImageRegistry: c.cfg.ImageRegistry}
 	opts.ServiceAccount, err = c.ensureRunnerAccess(ctx, vm.Namespace)
 	applyErr := err
 	var generated string
 	if applyErr == nil {
 		opts.DisplaySecret, generated, applyErr = c.ensureDisplaySecret(ctx, vm, &w)
 	}
-	objs, err := render.Render(vm, opts)
+	objs, err := render.Render(vm, opts) // valid: checked above
 	if err != nil {
-		var invalid *render.InvalidError
-		if errors.As(err, &invalid) {
-			// Nothing is applied: a half-valid spec must not reach the pod.
-			return 0, c.writeStatus(ctx, u, invalidStatus(u, err))
-		}
 		return 0, err
 	}
 	if applyErr == nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,7 +69,7 @@ func BenchmarkLiveChanges(b *testing.B) {
 		cfg := strings.Replace(config, "currentCpus: 1", fmt.Sprintf("currentCpus: %d", cpus), 1)
 		start := time.Now()
 		v.writeConfig(cfg)
-		eventually(b, 10*time.Second, func() error {
+		eventually.Succeeds(b, 10*time.Second, func() error {
 			n, err := pluggedCPUs(ctx, mon)
 			if err == nil && n != cpus {
 				err = fmt.Errorf("%d CPUs", n)
@@ -79,7 +81,7 @@ func BenchmarkLiveChanges(b *testing.B) {
 		cd = map[string]string{"a.iso": "b.iso", "b.iso": "a.iso"}[cd]
 		start = time.Now()
 		v.writeConfig(strings.Replace(cfg, "a.iso", cd, 1))
-		eventually(b, 10*time.Second, func() error {
+		eventually.Succeeds(b, 10*time.Second, func() error {
 			m, err := cdMedium(ctx, mon, "cd0")
 			if err == nil && m != filepath.Join(v.dir, cd) {
 				err = fmt.Errorf("medium %q", m)

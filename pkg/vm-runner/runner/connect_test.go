@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
@@ -114,14 +116,14 @@ func TestConnect(t *testing.T) {
 		b.echo(t, "b after a's end\n")
 		require.Len(t, hostForwards(t, mon, testguest.EchoPort), 1, "the forward stays while b uses it")
 		require.Equal(t, 0, b.end(t), "stderr: %s", b.stderr.String())
-		eventually(t, 5*time.Second, func() error {
+		eventually.Succeeds(t, 5*time.Second, func() error {
 			if f := hostForwards(t, mon, testguest.EchoPort); len(f) > 0 {
 				return fmt.Errorf("host forwards after the last connection: %v", f)
 			}
 			return nil
 		})
 		// The runner logs a removal after qemu has done it.
-		eventually(t, 5*time.Second, func() error {
+		eventually.Succeeds(t, 5*time.Second, func() error {
 			if n := v.logCount(`msg="Guest port forward removed"`) + v.logCount(`msg="Guest port forwarded"`); n != 2 {
 				return fmt.Errorf("%d log lines of forwards added and removed, want 2", n)
 			}
@@ -148,7 +150,7 @@ func TestConnect(t *testing.T) {
 		require.Error(t, err)
 		require.Equal(t, 1, c.cmd.ProcessState.ExitCode())
 		require.Equal(t, "vm-runner connect: guest port 8: the connection was closed before the guest sent anything: does a service listen on port 8 in the guest?\n", c.stderr.String())
-		eventually(t, 5*time.Second, func() error {
+		eventually.Succeeds(t, 5*time.Second, func() error {
 			if f := hostForwards(t, mon, 8); len(f) > 0 {
 				return fmt.Errorf("host forwards after the refused connection: %v", f)
 			}

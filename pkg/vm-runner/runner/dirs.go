@@ -77,20 +77,3 @@ func isBlockDevice(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode()&os.ModeDevice != 0
 }
-
-// kvmUsable tells whether qemu can use KVM here: /dev/kvm opens and is
-// backed by the CPU's virtualization (kvm_intel or kvm_amd). Paravirtual
-// nested KVM (kvm_pvm) also offers /dev/kvm but fails with "-cpu host".
-func kvmUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	for _, m := range []string{"/sys/module/kvm_intel", "/sys/module/kvm_amd"} {
-		if _, err := os.Stat(m); err == nil {
-			return true
-		}
-	}
-	return false
-}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
@@ -74,7 +76,7 @@ func (r *eventRecorder) only(t testing.TB, reason string) runner.Event {
 // wait waits for the first event with reason.
 func (r *eventRecorder) wait(t testing.TB, reason string) runner.Event {
 	t.Helper()
-	eventually(t, 90*time.Second, func() error {
+	eventually.Succeeds(t, 90*time.Second, func() error {
 		if !slices.Contains(r.reasons(), reason) {
 			return fmt.Errorf("no %s event; events: %v", reason, r.reasons())
 		}

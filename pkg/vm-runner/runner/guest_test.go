@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
@@ -55,7 +57,7 @@ func (v *vm) boot() *qmp.Monitor {
 // waitConsole waits until the guest has printed line on its console.
 func (v *vm) waitConsole(line string, timeout time.Duration) {
 	v.t.Helper()
-	eventually(v.t, timeout, func() error {
+	eventually.Succeeds(v.t, timeout, func() error {
 		for l := range strings.Lines(v.consoleText()) {
 			if strings.TrimSpace(l) == line {
 				return nil
@@ -99,7 +101,7 @@ func TestGuestCPUsAndBalloon(t *testing.T) {
 		// Watch the guest, not qemu: qemu 7.2 under TCG crashes (double
 		// free) when a second monitor queries CPUs during a hot-plug.
 		v.waitConsole(testguest.CPUsPrefix+fmt.Sprint(want), 30*time.Second)
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			n, err := pluggedCPUs(ctx, mon)
 			if err == nil && n != want {
 				err = fmt.Errorf("qemu has %d CPUs", n)
@@ -114,7 +116,7 @@ func TestGuestCPUsAndBalloon(t *testing.T) {
 	// is not isolated yet.
 
 	v.writeConfig(strings.Replace(guestVM, "currentRam: 512Mi", "currentRam: 256Mi", 1))
-	eventually(t, 60*time.Second, func() error {
+	eventually.Succeeds(t, 60*time.Second, func() error {
 		actual, err := mon.QueryBalloon(ctx)
 		if err == nil && actual > 260<<20 {
 			err = fmt.Errorf("the guest has %d MiB", actual>>20)
@@ -215,7 +217,7 @@ func TestGuestLockedTray(t *testing.T) {
 	ctx := t.Context()
 
 	v.writeConfig(strings.Replace(cfg, "a.iso", "b.iso", 1))
-	eventually(t, 5*time.Second, func() error {
+	eventually.Succeeds(t, 5*time.Second, func() error {
 		if log, _ := os.ReadFile(v.output); !strings.Contains(string(log), "CD change waits for the guest to release the tray") {
 			return errors.New("the runner did not wait for the tray")
 		}
@@ -228,7 +230,7 @@ func TestGuestLockedTray(t *testing.T) {
 	// Released, the drive's tray is unlocked; nobody in the guest ejects
 	// it: the runner asks again.
 	v.waitConsole(testguest.CDReleasedLine, 2*hold*time.Second)
-	eventually(t, 10*time.Second, func() error {
+	eventually.Succeeds(t, 10*time.Second, func() error {
 		m, err := cdMedium(ctx, mon, "cd0")
 		if err == nil && m != filepath.Join(v.dir, "b.iso") {
 			err = fmt.Errorf("medium %q", m)
@@ -303,7 +305,7 @@ func TestGuestReset(t *testing.T) {
 
 	// Up: the guest is reset and boots again.
 	config(3, guestVM)
-	eventually(t, 30*time.Second, func() error {
+	eventually.Succeeds(t, 30*time.Second, func() error {
 		if n := nResets(); n != 1 {
 			return fmt.Errorf("%d RESET events", n)
 		}
@@ -312,7 +314,7 @@ func TestGuestReset(t *testing.T) {
 	mu.Lock()
 	require.Equal(t, "host-qmp-system-reset", resets[0].Reason)
 	mu.Unlock()
-	eventually(t, 90*time.Second, func() error {
+	eventually.Succeeds(t, 90*time.Second, func() error {
 		if n := v.consoleCount(testguest.ReadyLine); n != 2 {
 			return fmt.Errorf("the guest booted %d times", n)
 		}
@@ -324,14 +326,14 @@ func TestGuestReset(t *testing.T) {
 	// The same counter with another change, then a lower one: no reset.
 	ram := strings.Replace(guestVM, "currentRam: 512Mi", "currentRam: 448Mi", 1)
 	config(3, ram)
-	eventually(t, 10*time.Second, func() error {
+	eventually.Succeeds(t, 10*time.Second, func() error {
 		if v.logCount(`msg="Balloon target set" vm=test bytes=469762048`) == 0 {
 			return errors.New("the changed config was not applied")
 		}
 		return nil
 	})
 	config(1, ram)
-	eventually(t, 10*time.Second, func() error {
+	eventually.Succeeds(t, 10*time.Second, func() error {
 		if v.logCount(`msg="resetCounter is not above the last applied one: no reset" vm=test resetCounter=1 applied=3`) == 0 {
 			return errors.New("the lower resetCounter was not seen")
 		}
@@ -341,13 +343,13 @@ func TestGuestReset(t *testing.T) {
 	// Up again, from the highest applied value: one more reset. A reset
 	// for the same or the lower value would have come before it.
 	config(4, ram)
-	eventually(t, 90*time.Second, func() error {
+	eventually.Succeeds(t, 90*time.Second, func() error {
 		if n := v.consoleCount(testguest.ReadyLine); n < 3 {
 			return fmt.Errorf("the guest booted %d times", n)
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, func() error {
+	eventually.Succeeds(t, 10*time.Second, func() error {
 		if n := nResets(); n < 2 {
 			return fmt.Errorf("%d RESET events", n)
 		}

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vmop/vmop/pkg/kvm"
+
 	"github.com/vmop/vmop/pkg/cloudinit"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
@@ -216,7 +218,7 @@ func (r *Runner) launch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kvm := c.VM.Accelerator != "tcg" && c.VM.Accelerator != "none" && kvmUsable()
+	kvm := c.VM.Accelerator != "tcg" && c.VM.Accelerator != "none" && kvm.Usable() == nil
 	tmpl, err := LoadTemplate(c.Template, append(r.opts.TemplateDirs, "/opt/vmrunner/templates")...)
 	if err != nil {
 		return err

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
+
 	"github.com/vmop/vmop/test/harness/freeport"
 
 	"github.com/stretchr/testify/require"
@@ -180,26 +182,10 @@ func (v *vm) wait(timeout time.Duration) int {
 	}
 }
 
-// eventually polls f until it returns nil.
-func eventually(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // waitRunning waits until the runner has let the guest run.
 func waitRunning(t testing.TB, mon *qmp.Monitor) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() error {
+	eventually.Succeeds(t, 10*time.Second, func() error {
 		st, err := mon.QueryStatus(t.Context())
 		if err == nil && !st.Running {
 			err = errors.New("not running: " + st.Status)
@@ -274,7 +260,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 
 	t.Run("CPUs are plugged", func(t *testing.T) {
 		v.writeConfig(strings.Replace(firmwareVM, "currentCpus: 1", "currentCpus: 3", 1))
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			n, err := pluggedCPUs(ctx, mon)
 			if err == nil && n != 3 {
 				err = fmt.Errorf("%d CPUs", n)
@@ -285,7 +271,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 	t.Run("CD medium is changed and removed", func(t *testing.T) {
 		cfg := strings.Replace(firmwareVM, "currentCpus: 1", "currentCpus: 3", 1)
 		v.writeConfig(strings.Replace(cfg, "a.iso", "b.iso", 1))
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			m, err := cdMedium(ctx, mon, "cd0")
 			if err == nil && m != filepath.Join(v.dir, "b.iso") {
 				err = fmt.Errorf("medium %q", m)
@@ -293,7 +279,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 			return err
 		})
 		v.writeConfig(strings.Replace(cfg, "file: DIR/a.iso", "file: \"\"", 1))
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			m, err := cdMedium(ctx, mon, "cd0")
 			if err == nil && m != "" {
 				err = fmt.Errorf("medium %q", m)
@@ -301,7 +287,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 			return err
 		})
 		v.writeConfig(cfg) // a medium into the empty drive
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			m, err := cdMedium(ctx, mon, "cd0")
 			if err == nil && m != filepath.Join(v.dir, "a.iso") {
 				err = fmt.Errorf("medium %q", m)
@@ -312,7 +298,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 	t.Run("a change that needs a restart is reported, not applied", func(t *testing.T) {
 		cfg := strings.Replace(firmwareVM, "currentCpus: 1", "currentCpus: 3", 1)
 		v.writeConfig(strings.Replace(cfg, "maximumRam: 256Mi", "maximumRam: 512Mi", 1))
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			if log, _ := os.ReadFile(v.output); !strings.Contains(string(log), `msg="Config changes that apply at the next start" vm=test fields=[maximumRam]`) {
 				return errors.New("no restart-required message in the log")
 			}
@@ -325,7 +311,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 	})
 	t.Run("display password changes and expires", func(t *testing.T) {
 		v.writeFile("display-password", "second")
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			if ok, err := spicetest.Login(ctx, spice, "second"); err != nil || !ok {
 				return fmt.Errorf("new password refused: %v", err)
 			}
@@ -335,7 +321,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ok, "the old password is refused")
 		v.writeFile("password-expiry", "now")
-		eventually(t, 10*time.Second, func() error {
+		eventually.Succeeds(t, 10*time.Second, func() error {
 			if ok, err := spicetest.Login(ctx, spice, "second"); err != nil || ok {
 				return fmt.Errorf("expired password accepted: %v", err)
 			}
@@ -407,14 +393,14 @@ func TestMissingCDBootsWithoutIt(t *testing.T) {
 
 	v.writeConfig(strings.Replace(cfg, "missing.iso", "b.iso", 1))
 	// Generous: once failed after 10 s on a machine busy with TCG guests.
-	eventually(t, 30*time.Second, func() error {
+	eventually.Succeeds(t, 30*time.Second, func() error {
 		m, err := cdMedium(ctx, mon, "cd0")
 		if err == nil && m != filepath.Join(v.dir, "b.iso") {
 			err = fmt.Errorf("medium %q", m)
 		}
 		return err
 	})
-	eventually(t, 10*time.Second, func() error {
+	eventually.Succeeds(t, 10*time.Second, func() error {
 		if ps := rec.Last().CDProblems; len(ps) > 0 {
 			return fmt.Errorf("problems %+v", ps)
 		}
@@ -586,7 +572,7 @@ func TestStatusReports(t *testing.T) {
 	v.writeFile("display-password", "pw")
 	rec := &eventRecorder{}
 	result, stop := v.runInProcess(rec)
-	eventually(t, 30*time.Second, func() error {
+	eventually.Succeeds(t, 30*time.Second, func() error {
 		// No guest driver takes the balloon's RAM: the guest has all of it,
 		// and says so without a BALLOON_CHANGE event.
 		if _, ok := rec.Find(0, func(s runner.Status) bool {
@@ -600,14 +586,14 @@ func TestStatusReports(t *testing.T) {
 	ok, err := spicetest.Login(t.Context(), fmt.Sprintf("127.0.0.1:%d", v.spicePort), "pw")
 	require.NoError(t, err)
 	require.True(t, ok)
-	eventually(t, 10*time.Second, func() error {
+	eventually.Succeeds(t, 10*time.Second, func() error {
 		if _, ok := rec.Find(0, func(s runner.Status) bool { return s.ConsoleClient == "127.0.0.1" }); !ok {
 			return errors.New("no status with the console client")
 		}
 		return nil
 	})
 	// Login closed its connection.
-	eventually(t, 10*time.Second, func() error {
+	eventually.Succeeds(t, 10*time.Second, func() error {
 		if c := rec.Last().ConsoleClient; c != "" {
 			return fmt.Errorf("console client %q after it left", c)
 		}

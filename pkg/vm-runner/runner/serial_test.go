@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmop/vmop/test/harness/eventually"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
@@ -58,7 +60,7 @@ func TestGuestSerialConsole(t *testing.T) {
 
 	// vm-runner serial --attach with a pipe for stdin: the user's input
 	// reaches the guest, Ctrl-] leaves with exit 0.
-	eventually(t, 5*time.Second, func() error { // the first client's slot frees
+	eventually.Succeeds(t, 5*time.Second, func() error { // the first client's slot frees
 		c, err := serialconsole.Dial(t.Context(), sock, serialconsole.ModeAttach, "probe")
 		if err == nil {
 			c.Close()
@@ -75,7 +77,7 @@ func TestGuestSerialConsole(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	_, err = io.WriteString(stdin, "ping piped\r")
 	require.NoError(t, err)
-	eventually(t, 30*time.Second, func() error {
+	eventually.Succeeds(t, 30*time.Second, func() error {
 		if !strings.Contains(stdout.String(), testguest.PongPrefix+"piped") {
 			return fmt.Errorf("no answer on vm-runner serial --attach's stdout: %q", stdout.String())
 		}
@@ -87,7 +89,7 @@ func TestGuestSerialConsole(t *testing.T) {
 	require.True(t, strings.HasPrefix(stdout.String(), serialconsole.AttachedBanner+" of vm test; Ctrl-] to leave\n"), stdout.String())
 
 	// The pod log (the runner's stdout) has the guest's lines.
-	eventually(t, 5*time.Second, func() error {
+	eventually.Succeeds(t, 5*time.Second, func() error {
 		log, _ := os.ReadFile(v.output)
 		if !bytes.Contains(log, []byte("[serial] "+testguest.PongPrefix+"piped\n")) {
 			return fmt.Errorf("no guest lines in the runner's output")

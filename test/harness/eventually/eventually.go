@@ -10,10 +10,14 @@ import (
 	"time"
 )
 
-// interval is how often the state is checked: often enough not to slow
-// tests down, rarely enough that checks which run kubectl do not load the
-// machine.
-const interval = 200 * time.Millisecond
+// The state is checked at once, then after firstInterval, then twice as
+// long each time up to maxInterval: fast for unit tests whose state comes
+// within milliseconds, rare enough that checks which run kubectl do not
+// load the machine.
+const (
+	firstInterval = 10 * time.Millisecond
+	maxInterval   = 200 * time.Millisecond
+)
 
 // Until calls ready until it returns nil, ctx is done or timeout has
 // passed, and then returns ready's last error (nil once ready). It is for
@@ -27,6 +31,7 @@ func Until(ctx context.Context, timeout time.Duration, ready func(context.Contex
 func UntilExit(ctx context.Context, exited <-chan struct{}, timeout time.Duration, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	interval := firstInterval
 	for {
 		err := ready(ctx)
 		if err == nil {
@@ -39,6 +44,7 @@ func UntilExit(ctx context.Context, exited <-chan struct{}, timeout time.Duratio
 			return err
 		case <-time.After(interval):
 		}
+		interval = min(2*interval, maxInterval)
 	}
 }
 

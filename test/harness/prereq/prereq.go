@@ -6,14 +6,14 @@
 package prereq
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vmop/vmop/pkg/kvm"
 )
 
 // depsHint is how to get what the tests need, in every failure message.
@@ -110,31 +110,9 @@ func ShortMain(what string) bool {
 func KVM(t testing.TB) {
 	t.Helper()
 	Beyond(t, "KVM")
-	if err := kvmUsable(); err != nil {
+	if err := kvm.Usable(); err != nil {
 		t.Skipf("no usable KVM on this machine (hardware, not an install): %v", err)
 	}
-}
-
-// KVMUsable says whether qemu can use KVM here.
-func KVMUsable() bool { return kvmUsable() == nil }
-
-func kvmUsable() error {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	f.Close()
-	for _, m := range []string{"kvm_intel", "kvm_amd"} {
-		if _, err := os.Stat(filepath.Join("/sys/module", m)); err == nil {
-			return nil
-		}
-	}
-	// Built-in kvm_intel/kvm_amd has no /sys/module entry without
-	// parameters; only distrust KVM when it is known to be PVM.
-	if _, err := os.Stat("/sys/module/kvm_pvm"); err == nil {
-		return errors.New("KVM is PVM (kvm_pvm), which qemu cannot use for these guests")
-	}
-	return nil
 }
 
 func describe(names []string, pkg string) string {

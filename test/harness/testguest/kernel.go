@@ -14,7 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/vmop/vmop/test/harness/prereq"
+	"github.com/vmop/vmop/pkg/kvm"
+
 	"github.com/vmop/vmop/test/harness/testcache"
 )
 
@@ -134,7 +135,7 @@ func hasPVHNote(vmlinux []byte) bool {
 // unmodified guest: firmware crawls and the kernel stops with "KVM internal
 // error ... emulation failure", while qemu reports KVM as enabled.
 func Accel() string {
-	if prereq.KVMUsable() {
+	if kvm.Usable() == nil {
 		return "kvm:tcg"
 	}
 	return "tcg"
