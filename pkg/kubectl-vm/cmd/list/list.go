@@ -171,6 +171,9 @@ func (o *Options) views(ctx context.Context, vms []*vmclient.VM) ([]*status.View
 	for i, vm := range vms {
 		key := vm.Namespace + "/" + vm.Name
 		views[i] = status.NewView(vm, pods[key+"-0"], cms[key])
+		if err := views[i].ExplainClaims(ctx, c); err != nil {
+			return nil, err
+		}
 	}
 	return views, nil
 }

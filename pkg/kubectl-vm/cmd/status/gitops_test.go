@@ -1,54 +1,27 @@
-package status
+package status_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	"sigs.k8s.io/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/status"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/vmstatus"
+	"github.com/vmop/vmop/test/harness/gitopsvm"
 )
 
-// exampleVM renders VM-Operator's local-path example as kubectl vm render
-// does, for GitOps mode.
+// exampleVM is VM-Operator's local-path example in GitOps mode.
 func exampleVM(t *testing.T) (*vmclient.VM, *corev1.ConfigMap) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "examples", "local-path-test-vm.yaml"))
-	require.NoError(t, err)
-	var vm v1.VirtualMachine
-	require.NoError(t, yaml.Unmarshal(b, &vm))
-	objs, err := render.Render(&vm, render.Options{ServiceAccount: "vm-runner"})
-	require.NoError(t, err)
+	objs := gitopsvm.Example(t)
 	sts := objs.StatefulSet
-	sts.UID = "sts-uid"
-	return &vmclient.VM{Namespace: vm.Namespace, Name: vm.Name, Mode: vmclient.ModeGitOps, StatefulSet: sts}, objs.ConfigMap
-}
-
-// podOf is the pod the StatefulSet controller makes of sts, as the
-// scheduler leaves it with message.
-func podOf(sts *appsv1.StatefulSet, message string) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: render.PodName(sts.Name), Namespace: sts.Namespace, UID: "pod-uid"},
-		Spec:       *sts.Spec.Template.Spec.DeepCopy(),
-		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
-			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
-		}}},
-	}
-	for _, c := range sts.Spec.VolumeClaimTemplates {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: c.Name, VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.Name + "-" + pod.Name},
-		}})
-	}
-	return pod
+	return &vmclient.VM{Namespace: sts.Namespace, Name: sts.Name, Mode: vmclient.ModeGitOps, StatefulSet: sts}, objs.ConfigMap
 }
 
 // TestGitOpsPrerequisites: without an operator, kubectl vm status reads
@@ -59,7 +32,7 @@ func TestGitOpsPrerequisites(t *testing.T) {
 	vm, cm := exampleVM(t)
 	load := func(objs ...runtime.Object) (phase, msg string) {
 		kube := fake.NewClientset(append(objs, cm)...)
-		v, err := Load(t.Context(), &vmclient.Client{Kube: kube}, vm)
+		v, err := status.Load(t.Context(), &vmclient.Client{Kube: kube}, vm)
 		require.NoError(t, err)
 		return v.Phase()
 	}
@@ -76,12 +49,12 @@ func TestGitOpsPrerequisites(t *testing.T) {
 	require.Contains(t, msg, "kubectl create serviceaccount -n vmop-demo vm-runner")
 
 	// The image repository is missing.
-	phase, msg = load(podOf(vm.StatefulSet, `0/1 nodes are available: persistentvolumeclaim "vmop-image-repository" not found. not found`))
+	phase, msg = load(gitopsvm.UnscheduledPod(vm.StatefulSet, `0/1 nodes are available: persistentvolumeclaim "vmop-image-repository" not found. not found`))
 	require.Equal(t, v1.ReasonImageRepositoryMissing, phase)
 	require.Contains(t, msg, "namespace vmop-demo has none")
 
 	// It exists now, but no class is the default: the claims wait.
-	unbound := podOf(vm.StatefulSet, `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found`)
+	unbound := gitopsvm.UnscheduledPod(vm.StatefulSet, `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found`)
 	pending := func(name string, class *string) *corev1.PersistentVolumeClaim {
 		return &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: vm.Namespace},

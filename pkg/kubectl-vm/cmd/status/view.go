@@ -60,14 +60,8 @@ func Load(ctx context.Context, c *vmclient.Client, vm *vmclient.VM) (*View, erro
 		}
 	}
 	v := NewView(vm, pod, cm)
-	if vm.Mode == vmclient.ModeGitOps {
-		// What the operator reads for its status, so that both modes
-		// name a claim that keeps the VM from starting.
-		claims, err := vmstatus.Claims(ctx, c.Kube, pod)
-		if err != nil {
-			return nil, c.Explain(err)
-		}
-		v.derived.ExplainClaims(claims)
+	if err := v.ExplainClaims(ctx, c); err != nil {
+		return nil, err
 	}
 	if v.Events, err = Events(ctx, c, vm, pod); err != nil {
 		return nil, err
@@ -77,6 +71,21 @@ func Load(ctx context.Context, c *vmclient.Client, vm *vmclient.VM) (*View, erro
 		v.derived.Failed = f
 	}
 	return v, nil
+}
+
+// ExplainClaims reads, in GitOps mode, the claims that v's pod waits for
+// and names the first that keeps the VM from starting: what the operator
+// reads for its status, so that both modes say it.
+func (v *View) ExplainClaims(ctx context.Context, c *vmclient.Client) error {
+	if v.Mode != vmclient.ModeGitOps {
+		return nil
+	}
+	claims, err := vmstatus.Claims(ctx, c.Kube, v.Pod)
+	if err != nil {
+		return c.Explain(err)
+	}
+	v.derived.ExplainClaims(claims)
+	return nil
 }
 
 // NewView makes the View of vm with its pod and, in GitOps mode, its
