@@ -13,7 +13,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -298,7 +297,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer c.broadcaster.Shutdown()
 	log.Info("Waiting for informer caches to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return errors.New("informer caches did not sync")
+		// Only ctx's end stops the wait: a SIGTERM while starting is a
+		// clean stop, not a failure.
+		log.Info("Stopped before the informer caches synced")
+		return nil
 	}
 	c.metrics.synced.Set(1)
 	log.Info("Starting workers", "count", workers)

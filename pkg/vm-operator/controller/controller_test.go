@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"strconv"
@@ -636,4 +637,14 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		require.Equal(t, `pods "vm-0" is forbidden: exceeded quota`, failed.Message)
 		assert.Contains(t, f.recorded(), `Warning PodCreateFailed pods "vm-0" is forbidden: exceeded quota`)
 	})
+}
+
+// TestRunStoppedWhileStarting: a stop (SIGTERM) before the caches have
+// synced is a clean stop, not an error (the operator's exit code).
+func TestRunStoppedWhileStarting(t *testing.T) {
+	f := newFixture(t)
+	c := f.newController()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.NoError(t, c.Run(ctx, 1))
 }
