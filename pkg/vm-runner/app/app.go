@@ -115,7 +115,7 @@ disk import failed.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.ErrOrStderr()) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.OutOrStdout(), cmd.ErrOrStderr()) },
 	}
 	cmd.SuggestionsMinimumDistance = 2
 	cmd.SetVersionTemplate("vm-runner {{.Version}}\n")
@@ -177,7 +177,7 @@ func newCheckCmd() *cobra.Command {
 		Short: "Start qemu paused with the config, apply it, quit: exit 0 when qemu accepts the VM",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.check = true
-			return o.run(cmd.ErrOrStderr())
+			return o.run(cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	o.addFlags(cmd.Flags())

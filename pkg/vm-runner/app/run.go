@@ -18,7 +18,7 @@ import (
 )
 
 // run runs the VM (or checks it) and ends with the runner's exit code.
-func (o *runOptions) run(stderr io.Writer) error {
+func (o *runOptions) run(stdout, stderr io.Writer) error {
 	level := slog.LevelInfo
 	if o.debug {
 		level = slog.LevelDebug
@@ -29,7 +29,7 @@ func (o *runOptions) run(stderr io.Writer) error {
 		ConfigFile: o.config, TemplateDirs: o.templateDirs, Qemu: o.qemu, Swtpm: o.swtpm, Logger: log, SpiceAddress: o.spiceAddress,
 	})
 	if err == nil && o.check {
-		return check(r, log, stderr)
+		return check(r, log, stdout, stderr)
 	}
 	if err == nil {
 		if stop := report(r, log); stop != nil {
@@ -44,11 +44,7 @@ func (o *runOptions) run(stderr io.Writer) error {
 	if err == nil {
 		return nil
 	}
-	code := runnerconfig.ExitFailed
-	var exitErr *runner.ExitError
-	if errors.As(err, &exitErr) {
-		code = exitErr.Code
-	}
+	code := exitCode(err)
 	if code == runnerconfig.ExitConfig || code == runnerconfig.ExitFailed || code == runnerconfig.ExitQemuRefused {
 		log.Error("Cannot run the VM", "err", err, "exit", code)
 	}
@@ -69,22 +65,27 @@ func terminationMessage(err error) {
 	_ = os.WriteFile(terminationLog, []byte(err.Error()), 0o644)
 }
 
+// exitCode is the exit code an error of the runner ends vm-runner with:
+// its *runner.ExitError's, else ExitFailed.
+func exitCode(err error) int {
+	if exitErr := (*runner.ExitError)(nil); errors.As(err, &exitErr) {
+		return exitErr.Code
+	}
+	return runnerconfig.ExitFailed
+}
+
 // check runs runner.Check and says what it found.
-func check(r *runner.Runner, log *slog.Logger, stderr io.Writer) error {
+func check(r *runner.Runner, log *slog.Logger, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := r.Check(ctx); err != nil {
 		fmt.Fprintln(stderr, "vm-runner check:", err)
-		var exitErr *runner.ExitError
-		if errors.As(err, &exitErr) {
-			return exit(exitErr.Code, nil)
-		}
-		return exit(runnerconfig.ExitFailed, nil)
+		return exit(exitCode(err), nil)
 	}
 	for _, p := range r.Status().CDProblems {
 		log.Warn("CD drive stays empty", "drive", p.Drive, "file", p.Image, "err", p.Err)
 	}
-	fmt.Println("qemu accepts the VM", r.Name())
+	fmt.Fprintln(stdout, "qemu accepts the VM", r.Name())
 	return nil
 }
 
