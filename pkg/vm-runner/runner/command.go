@@ -8,8 +8,8 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/vmop/vmop/pkg/podnet"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/vm-runner/podnet"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/templates"
 )

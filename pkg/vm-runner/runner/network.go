@@ -8,10 +8,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"time"
 
+	"github.com/vmop/vmop/pkg/podnet"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/dhcp"
-	"github.com/vmop/vmop/pkg/vm-runner/podnet"
 )
 
 // errNotInPod: a pod network rewrites the network namespace the runner
@@ -25,6 +26,7 @@ var (
 	sysClassNet  = "/sys/class/net"
 	bridgeHelper = "/usr/lib/qemu/qemu-bridge-helper"
 	bridgeConf   = "/etc/qemu/bridge.conf"
+	resolvConf   = "/etc/resolv.conf"
 )
 
 // checkTapNetworks tells before qemu starts what a tap network lacks,
@@ -71,7 +73,12 @@ func (r *Runner) setUpPodNetwork(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pod network: mac %q: %w", n.MAC, err)
 	}
-	srv, err := dhcp.Listen(ctx, podnet.Tap, pn.Lease(mac, r.config.VM.Name))
+	dns, search := podnet.ResolvConf(resolvConf)
+	lease := dhcp.Lease{
+		MAC: mac, Addr: pn.Guest, Router: pn.Gateway, DNS: dns, Search: search,
+		Hostname: r.config.VM.Name, MTU: pn.MTU, Duration: leaseTime,
+	}
+	srv, err := dhcp.Listen(ctx, podnet.Tap, lease)
 	if err != nil {
 		return fmt.Errorf("pod network: the guest's DHCP server: %w", err)
 	}
@@ -84,6 +91,10 @@ func (r *Runner) setUpPodNetwork(ctx context.Context) error {
 	r.log.Info("Guest on the pod network", "podIP", pn.PodIP, "guest", pn.Guest, "uplink", pn.Uplink, "mtu", pn.MTU)
 	return nil
 }
+
+// leaseTime: the lease never changes, so a long one saves the guest's
+// renewals nothing but log lines.
+const leaseTime = 24 * time.Hour
 
 // podnetPorts are ports as podnet takes them.
 func podnetPorts(ports []runnerconfig.Port) []podnet.Port {

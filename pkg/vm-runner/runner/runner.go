@@ -17,9 +17,9 @@ import (
 	"github.com/vmop/vmop/pkg/kvm"
 
 	"github.com/vmop/vmop/pkg/cloudinit"
+	"github.com/vmop/vmop/pkg/podnet"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
-	"github.com/vmop/vmop/pkg/vm-runner/podnet"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 )

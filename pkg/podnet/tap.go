@@ -10,12 +10,13 @@ import (
 )
 
 // createTap makes the persistent tap device name (qemu opens it by name)
-// with the pod's address gw/bits on it, up, with the given MTU. A tap that
-// a previous runner of the pod made is taken over.
-func createTap(name string, mtu int, gw netip.Addr, bits int) error {
+// with the pod's address gw/bits on it, up, with the given MTU, and owned by
+// uid owner (and its group) unless 0. A tap that a previous runner of the
+// pod made is taken over.
+func createTap(name string, mtu int, gw netip.Addr, bits, owner int) error {
 	f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
 	if err != nil {
-		return fmt.Errorf("opening /dev/net/tun: %w (the runner container needs the tun device: privileged, or the device given to it)", err)
+		return fmt.Errorf("opening /dev/net/tun: %w (needs the tun device: the node agent, or a privileged runner)", err)
 	}
 	defer f.Close()
 	ifr, err := unix.NewIfreq(name)
@@ -27,6 +28,15 @@ func createTap(name string, mtu int, gw netip.Addr, bits int) error {
 	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(int(f.Fd()), unix.TUNSETIFF, ifr); err != nil {
 		return tapError("creating the tap device "+name, err)
+	}
+	if owner != 0 {
+		// An owned tap opens for its owner without NET_ADMIN.
+		if err := unix.IoctlSetInt(int(f.Fd()), unix.TUNSETOWNER, owner); err != nil {
+			return tapError("giving the tap device "+name+" to the runner", err)
+		}
+		if err := unix.IoctlSetInt(int(f.Fd()), unix.TUNSETGROUP, owner); err != nil {
+			return tapError("giving the tap device "+name+" to the runner's group", err)
+		}
 	}
 	if err := unix.IoctlSetInt(int(f.Fd()), unix.TUNSETPERSIST, 1); err != nil {
 		return tapError("keeping the tap device "+name, err)
@@ -88,7 +98,7 @@ func configure(name string, mtu int, addr netip.Addr, bits int) error {
 // tapError says what a missing privilege means.
 func tapError(what string, err error) error {
 	if errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("%s: %w (the runner container needs NET_ADMIN)", what, err)
+		return fmt.Errorf("%s: %w (needs NET_ADMIN in the pod's network namespace: the node agent, or a privileged runner)", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

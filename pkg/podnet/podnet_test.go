@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -58,7 +59,7 @@ func helper(opts, mac string) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, err := dhcp.Listen(ctx, Tap, n.Lease(hw, "bench"))
+	srv, err := dhcp.Listen(ctx, Tap, dhcp.Lease{MAC: hw, Addr: n.Guest, Router: n.Gateway, Hostname: "bench", MTU: n.MTU, Duration: time.Hour})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -179,10 +180,10 @@ func TestSetupWithoutDefaultRoute(t *testing.T) {
 func TestReadResolvConf(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "resolv.conf")
 	require.NoError(t, os.WriteFile(f, []byte("# kubelet\nsearch ns.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\nnameserver fd00::a\noptions ndots:5\n"), 0o644))
-	dns, search := readResolvConf(f)
+	dns, search := ResolvConf(f)
 	require.Equal(t, []netip.Addr{netip.MustParseAddr("10.96.0.10")}, dns)
 	require.Equal(t, []string{"ns.svc.cluster.local", "svc.cluster.local"}, search)
-	dns, search = readResolvConf(filepath.Join(t.TempDir(), "none"))
+	dns, search = ResolvConf(filepath.Join(t.TempDir(), "none"))
 	require.Nil(t, dns)
 	require.Nil(t, search)
 }

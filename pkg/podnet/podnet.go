@@ -6,8 +6,10 @@
 // its IP, so the runner, its SPICE port and Kubernetes' probes still
 // reach the pod itself.
 //
-// It changes the network namespace it runs in: only a pod's own, never a
-// node's (the runner refuses it outside a pod).
+// It changes the network namespace of the calling thread: only a pod's
+// own, never a node's. The node agent (pkg/vm-node) runs it in a VM pod's
+// namespace for an unprivileged runner; a privileged runner (a VM with a
+// tap NIC on a host bridge) runs it itself.
 package podnet
 
 import (
@@ -19,9 +21,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"time"
-
-	"github.com/vmop/vmop/pkg/vm-runner/dhcp"
 )
 
 // Tap is the name of the guest's tap device in the pod.
@@ -29,38 +28,44 @@ const Tap = "vmtap0"
 
 // Port is a port of the pod's IP, and of the guest.
 type Port struct {
-	Protocol string // TCP or UDP
-	Port     uint16
+	Protocol string `json:"protocol"` // TCP or UDP
+	Port     uint16 `json:"port"`
 }
 
 // Options say what Setup builds.
 type Options struct {
 	// Net is the guest's side: the pod gets its 3rd address, the guest its
 	// 16th, as on qemu's user network.
-	Net netip.Prefix
+	Net netip.Prefix `json:"net"`
 	// Ports, when given, are the only ones passed to the guest; else all
 	// are but Reserved.
-	Ports    []Port
-	Reserved []Port
+	Ports    []Port `json:"ports,omitempty"`
+	Reserved []Port `json:"reserved,omitempty"`
+	// TapOwner, when not 0, is the uid (and gid) that may open the tap
+	// without privileges: the runner's, when it has none. Then the
+	// namespace's unprivileged ports also start at the DHCP server's.
+	TapOwner int `json:"tapOwner,omitempty"`
 }
 
 // Network is what Setup built.
 type Network struct {
-	Uplink  string       // the pod's interface
-	PodIP   netip.Addr   // the pod's IPv4 address on it
-	MTU     int          // the uplink's, and so the guest's
-	Gateway netip.Addr   // the pod's address on the tap
-	Guest   netip.Prefix // the guest's address
-	DNS     []netip.Addr // the pod's name servers
-	Search  []string     // and search domains
+	Uplink  string       `json:"uplink"`  // the pod's interface
+	PodIP   netip.Addr   `json:"podIP"`   // the pod's IPv4 address on it
+	MTU     int          `json:"mtu"`     // the uplink's, and so the guest's
+	Gateway netip.Addr   `json:"gateway"` // the pod's address on the tap
+	Guest   netip.Prefix `json:"guest"`   // the guest's address
 }
 
-// Paths of the files Setup reads; variables for tests.
+// Paths of the files Setup reads and writes: those of the calling
+// thread's network namespace; variables for tests.
 var (
-	routeFile   = "/proc/net/route"
-	resolvFile  = "/etc/resolv.conf"
+	routeFile   = "/proc/thread-self/net/route"
 	forwardFile = "/proc/sys/net/ipv4/ip_forward"
+	portsFile   = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
 )
+
+// dhcpPort is the DHCP server's port, which an unprivileged runner binds.
+const dhcpPort = "67"
 
 // Setup builds the guest's side of the pod's network: the tap (or takes
 // the one a previous runner of the pod left), its address, forwarding and
@@ -70,29 +75,23 @@ func Setup(o Options) (*Network, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := createTap(Tap, n.MTU, n.Gateway, o.Net.Bits()); err != nil {
-		return nil, err
-	}
 	if err := os.WriteFile(forwardFile, []byte("1\n"), 0); err != nil {
-		return nil, fmt.Errorf("enabling IPv4 forwarding in the pod: %w (the runner needs a writable /proc/sys, as a privileged container has)", err)
+		return nil, fmt.Errorf("enabling IPv4 forwarding in the pod: %w (needs a writable /proc/sys: the node agent's, or a privileged container's)", err)
+	}
+	if o.TapOwner != 0 {
+		if err := os.WriteFile(portsFile, []byte(dhcpPort+"\n"), 0); err != nil {
+			return nil, fmt.Errorf("letting the runner bind the DHCP port in the pod: %w", err)
+		}
 	}
 	if err := applyNAT(natRules{uplink: n.Uplink, guest: n.Guest.Addr(), guestNet: o.Net.Masked(), ports: o.Ports, reserved: o.Reserved}); err != nil {
-		return nil, fmt.Errorf("NAT rules in the pod: %w (the node's kernel needs nf_tables with NAT, and the runner NET_ADMIN)", err)
+		return nil, fmt.Errorf("NAT rules in the pod: %w (the node's kernel needs nf_tables with NAT)", err)
+	}
+	// Last: the tap's existence means the rest is in place.
+	if err := createTap(Tap, n.MTU, n.Gateway, o.Net.Bits(), o.TapOwner); err != nil {
+		return nil, err
 	}
 	return n, nil
 }
-
-// Lease is the guest's DHCP lease for its NIC's mac.
-func (n *Network) Lease(mac net.HardwareAddr, hostname string) dhcp.Lease {
-	return dhcp.Lease{
-		MAC: mac, Addr: n.Guest, Router: n.Gateway, DNS: n.DNS, Search: n.Search,
-		Hostname: hostname, MTU: n.MTU, Duration: leaseTime,
-	}
-}
-
-// leaseTime: the lease never changes, so a long one saves the guest's
-// renewals nothing but log lines.
-const leaseTime = 24 * time.Hour
 
 // inspect finds the pod's interface and addresses and plans the guest's.
 func inspect(guestNet netip.Prefix) (*Network, error) {
@@ -131,7 +130,6 @@ func inspect(guestNet netip.Prefix) (*Network, error) {
 	if !n.PodIP.IsValid() {
 		return nil, fmt.Errorf("the pod's interface %s has no IPv4 address", n.Uplink)
 	}
-	n.DNS, n.Search = readResolvConf(resolvFile)
 	return n, nil
 }
 
@@ -152,10 +150,10 @@ func defaultRouteInterface() (string, error) {
 	return "", errors.New("the pod has no IPv4 default route, so no interface to share with the guest")
 }
 
-// readResolvConf returns the IPv4 name servers and the search domains of
-// a resolv.conf; nothing when it cannot be read (the guest then has no
+// ResolvConf returns the IPv4 name servers and the search domains of a
+// resolv.conf; nothing when it cannot be read (the guest then has no
 // name servers, which its own configuration may supply).
-func readResolvConf(path string) ([]netip.Addr, []string) {
+func ResolvConf(path string) ([]netip.Addr, []string) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil

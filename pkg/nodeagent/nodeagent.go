@@ -1,0 +1,121 @@
+// Package nodeagent is what a VM pod and vmop's node agent (vm-node)
+// share: the device resource a VM pod requests, the user it runs as, and
+// the one exchange between them. The pod's container offers a unix socket
+// in an emptyDir volume; the agent, which reaches that directory through
+// the kubelet's pod directories, connects, reads the container's request,
+// does for it what only root can, inside the pod's own namespaces, and
+// answers. So the VM pod needs no privilege and no host path.
+package nodeagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vmop/vmop/pkg/podnet"
+)
+
+const (
+	// Resource is the extended resource of the agent's device plugin. A VM
+	// pod requests one: a node without the agent has none, so the pod is
+	// not scheduled there, and one that has it gives the pod /dev/kvm
+	// (where KVM is usable), /dev/net/tun and /dev/vhost-net.
+	Resource = "devices.vmop.io/vm"
+	// RunnerUID is the user (and group) that vm-runner, qemu and swtpm run
+	// as in a VM pod (qemu's, as KubeVirt's launcher has it).
+	RunnerUID = 107
+	// Volume is the emptyDir of a VM pod that holds the socket, mounted at
+	// Dir in the containers that ask the agent.
+	Volume = "vm-node"
+	Dir    = "/run/vmop-node"
+	// Socket is the socket's name in Volume.
+	Socket = "agent.sock"
+	// EnvSocket tells a container to ask the agent, at this path, for
+	// what it cannot do itself; a container without it is privileged.
+	EnvSocket = "VMOP_NODE_AGENT"
+)
+
+// Request is what a container asks the agent for. Every request gets the
+// container the devices of its pod: ownership of its Block volumes and of
+// the agent's devices, so that its non-root user opens them.
+type Request struct {
+	// PodNetwork, when set, also asks for the guest's side of the pod's
+	// network (podnet.Setup) in the pod's network namespace.
+	PodNetwork *podnet.Options `json:"podNetwork,omitempty"`
+}
+
+// Response is the agent's answer: an error in words, or what it did.
+type Response struct {
+	Error      string          `json:"error,omitempty"`
+	PodNetwork *podnet.Network `json:"podNetwork,omitempty"`
+}
+
+// exchangeTimeout bounds one exchange once the agent has connected.
+const exchangeTimeout = time.Minute
+
+// Ask offers socket (in the pod's Volume), waits until the agent
+// connects or ctx ends, sends req and returns the agent's answer. The
+// socket is gone when Ask returns, so the agent answers a container once
+// per ask.
+func Ask(ctx context.Context, socket string, req Request) (*Response, error) {
+	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	// Made under a temporary name and renamed: the agent never finds a
+	// socket that does not yet listen.
+	tmp := filepath.Join(filepath.Dir(socket), "."+filepath.Base(socket))
+	_ = os.Remove(tmp)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("offering %s to the node agent: %w", socket, err)
+	}
+	l.SetUnlinkOnClose(false)
+	defer l.Close()
+	if err := os.Rename(tmp, socket); err != nil {
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("offering %s to the node agent: %w", socket, err)
+	}
+	defer os.Remove(socket)
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	c, err := l.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(exchangeTimeout))
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		return nil, fmt.Errorf("asking the node agent: %w", err)
+	}
+	var resp Response
+	if err := json.NewDecoder(c).Decode(&resp); err != nil {
+		return nil, fmt.Errorf("the node agent's answer: %w", err)
+	}
+	if resp.Error != "" {
+		return &resp, fmt.Errorf("the node agent: %s", resp.Error)
+	}
+	return &resp, nil
+}
+
+// Answer is the agent's side of one exchange on c: it reads the request,
+// and writes what handle returns.
+func Answer(c net.Conn, handle func(Request) Response) error {
+	_ = c.SetDeadline(time.Now().Add(exchangeTimeout))
+	var req Request
+	dec := json.NewDecoder(c)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		resp := Response{Error: fmt.Sprintf("reading the request: %v", err)}
+		_ = json.NewEncoder(c).Encode(resp)
+		return errors.New(resp.Error)
+	}
+	return json.NewEncoder(c).Encode(handle(req))
+}
