@@ -119,3 +119,22 @@ func Answer(c net.Conn, handle func(Request) Response) error {
 	}
 	return json.NewEncoder(c).Encode(handle(req))
 }
+
+// AskTimeout bounds the wait for the agent: a VM pod is scheduled only
+// to a node whose agent registered, so it is late only when it failed.
+const AskTimeout = 2 * time.Minute
+
+// AskIfServed asks the agent when the container is one it serves
+// (EnvSocket is set), and returns nil otherwise (a privileged container
+// does all itself).
+func AskIfServed(ctx context.Context, req Request) (*Response, error) {
+	socket := os.Getenv(EnvSocket)
+	if socket == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, AskTimeout, errNoAgent)
+	defer cancel()
+	return Ask(ctx, socket, req)
+}
+
+var errNoAgent = fmt.Errorf("vmop's node agent did not answer within %s: check that its pod runs on this node (kubectl -n vmop-system get pods -l app.kubernetes.io/name=vm-node -o wide) and read its log", AskTimeout)

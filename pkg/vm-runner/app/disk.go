@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/containerdisk"
 	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
@@ -47,6 +48,12 @@ func newDiskWaitCmd() *cobra.Command {
 		RunE: func(*cobra.Command, []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			// The node agent gives the unprivileged container its disk,
+			// which the receiver, exec'd later, writes.
+			if _, err := nodeagent.AskIfServed(ctx, nodeagent.Request{}); err != nil {
+				terminationMessage(err)
+				return err
+			}
 			<-ctx.Done()
 			return nil
 		},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-runner/importer"
@@ -38,6 +39,12 @@ once only, before the runner starts the VM.`,
 				defer stopReporting(rep.StopEvents, "the import's events", log)
 			}
 			log.Info("Importing disks", "version", version.Get(), "config", config)
+			// The node agent gives the unprivileged container its disks.
+			if _, err := nodeagent.AskIfServed(ctx, nodeagent.Request{}); err != nil {
+				log.Error("Cannot import", "err", err)
+				terminationMessage(err)
+				return exit(runnerconfig.ExitImport, nil)
+			}
 			if err := importer.Run(ctx, opts); err != nil {
 				log.Error("Cannot import", "err", err)
 				terminationMessage(err)

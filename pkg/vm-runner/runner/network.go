@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/podnet"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/dhcp"
@@ -49,25 +50,59 @@ func checkTapNetworks(vm *runnerconfig.VM) error {
 	return nil
 }
 
-// setUpPodNetwork makes the guest's side of the pod's network and serves
-// the guest its address by DHCP until ctx ends; nothing without a pod
-// network.
-func (r *Runner) setUpPodNetwork(ctx context.Context) error {
+// podNetOptions are what the guest's side of the pod network is made
+// from; nil without a pod network.
+func (r *Runner) podNetOptions() (*podnet.Options, error) {
 	n := r.config.VM.PodNetwork()
 	if n == nil {
-		return nil
+		return nil, nil
 	}
 	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
-		return errNotInPod
+		return nil, errNotInPod
 	}
-	o := podnet.Options{Ports: podnetPorts(n.Ports), Reserved: podnetPorts(r.config.VM.OwnPorts())}
+	o := &podnet.Options{Ports: podnetPorts(n.Ports), Reserved: podnetPorts(r.config.VM.OwnPorts())}
 	var err error
 	if o.Net, err = netip.ParsePrefix(n.Net); err != nil {
-		return fmt.Errorf("pod network: net %q: %w", n.Net, err)
+		return nil, fmt.Errorf("pod network: net %q: %w", n.Net, err)
 	}
-	pn, err := podnet.Setup(o)
+	return o, nil
+}
+
+// askNodeAgent has vmop's node agent give an unprivileged runner its
+// devices and make the pod network (kept for setUpPodNetwork); nothing
+// in a privileged pod, which the agent does not serve.
+func (r *Runner) askNodeAgent(ctx context.Context) error {
+	o, err := r.podNetOptions()
 	if err != nil {
-		return fmt.Errorf("pod network: %w", err)
+		return err
+	}
+	resp, err := nodeagent.AskIfServed(ctx, nodeagent.Request{PodNetwork: o})
+	if err != nil {
+		return err
+	}
+	if resp != nil && o != nil {
+		if resp.PodNetwork == nil {
+			return errors.New("pod network: the node agent made none")
+		}
+		r.podNet = resp.PodNetwork
+	}
+	return nil
+}
+
+// setUpPodNetwork makes the guest's side of the pod's network, unless the
+// node agent did, and serves the guest its address by DHCP until ctx
+// ends; nothing without a pod network.
+func (r *Runner) setUpPodNetwork(ctx context.Context) error {
+	o, err := r.podNetOptions()
+	if err != nil || o == nil {
+		return err
+	}
+	n := r.config.VM.PodNetwork()
+	pn := r.podNet
+	if pn == nil {
+		if pn, err = podnet.Setup(*o); err != nil {
+			return fmt.Errorf("pod network: %w", err)
+		}
 	}
 	mac, err := net.ParseMAC(n.MAC)
 	if err != nil {

@@ -1,0 +1,319 @@
+// Package agent is the part of vm-node that serves VM pods: it watches
+// the pods of its node that vmop renders, finds the socket a container of
+// such a pod offers in its nodeagent.Volume (through the kubelet's pod
+// directories, so the pod mounts no host path), and does what that
+// container asks and only root can, inside that pod's own namespaces: the
+// ownership of the pod's devices, and the guest's side of the pod network.
+// It acts only for a container it trusts (see trust.go).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+
+	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// Options configure an Agent.
+type Options struct {
+	Client   kubernetes.Interface
+	NodeName string
+	// KubeletRootDir is the kubelet's --root-dir, as the agent sees it.
+	KubeletRootDir string
+	// RunnerRepositories are the image repositories (no tag) of runner
+	// images the agent trusts.
+	RunnerRepositories []string
+	Log                *slog.Logger
+	// Proc is the host's /proc (the agent runs in the host's PID
+	// namespace); a variable for tests.
+	Proc string
+}
+
+// Agent serves the VM pods of one node.
+type Agent struct {
+	o       Options
+	trusted map[string]bool
+	pods    listerscorev1.PodLister
+	events  events.EventRecorder
+
+	mu      sync.Mutex
+	pollers map[types.UID]*poller
+}
+
+// Intervals at which a pod's socket is looked for: often while the pod
+// starts (its containers ask then), rarely once it is ready.
+const (
+	pollStarting = 200 * time.Millisecond
+	pollReady    = 5 * time.Second
+)
+
+// EventRefused is the reason of the Warning event on a pod the agent
+// refuses.
+const EventRefused = "NodeAgentRefused"
+
+// New makes an agent; Run starts it.
+func New(o Options) (*Agent, error) {
+	if o.Proc == "" {
+		o.Proc = "/proc"
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	a := &Agent{o: o, trusted: map[string]bool{}, pollers: map[types.UID]*poller{}}
+	for _, r := range o.RunnerRepositories {
+		repo, err := repository(r)
+		if err != nil {
+			return nil, fmt.Errorf("runner repository %q: %w", r, err)
+		}
+		a.trusted[repo] = true
+	}
+	if len(a.trusted) == 0 {
+		return nil, errors.New("no runner repository to trust")
+	}
+	return a, nil
+}
+
+// Run watches the node's VM pods and serves them until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	f := informers.NewSharedInformerFactoryWithOptions(a.o.Client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.o.NodeName).String()
+			lo.LabelSelector = labels.Set{render.LabelManagedBy: render.ManagedBy}.String()
+		}))
+	inf := f.Core().V1().Pods()
+	a.pods = inf.Lister()
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: a.o.Client.EventsV1()})
+	b.StartRecordingToSink(ctx.Done())
+	defer b.Shutdown()
+	a.events = b.NewRecorder(scheme.Scheme, "vm-node")
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { a.update(ctx, obj) },
+		UpdateFunc: func(_, obj any) { a.update(ctx, obj) },
+		DeleteFunc: a.remove,
+	}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		return nil
+	}
+	a.o.Log.Info("Serving the VM pods of the node", "node", a.o.NodeName, "kubeletRootDir", a.o.KubeletRootDir)
+	<-ctx.Done()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for uid, p := range a.pollers {
+		p.stop()
+		delete(a.pollers, uid)
+	}
+	return nil
+}
+
+// update starts a pod's poller, and sets how often it looks.
+func (a *Agent) update(ctx context.Context, obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.pollers[pod.UID]
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if p != nil {
+			p.stop()
+			delete(a.pollers, pod.UID)
+		}
+		return
+	}
+	if p == nil {
+		p = a.newPoller(ctx, pod)
+		a.pollers[pod.UID] = p
+	}
+	p.setReady(podReady(pod))
+}
+
+func (a *Agent) remove(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p := a.pollers[pod.UID]; p != nil {
+		p.stop()
+		delete(a.pollers, pod.UID)
+	}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// poller looks for the socket of one pod.
+type poller struct {
+	stop  context.CancelFunc
+	ready chan bool
+}
+
+// setReady replaces what the poller was told; its caller holds a.mu.
+func (p *poller) setReady(r bool) {
+	select {
+	case <-p.ready:
+	default:
+	}
+	p.ready <- r
+}
+
+func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &poller{stop: cancel, ready: make(chan bool, 1)}
+	ns, name, uid := pod.Namespace, pod.Name, pod.UID
+	dir := filepath.Join(a.o.KubeletRootDir, "pods", string(uid), "volumes", "kubernetes.io~empty-dir", nodeagent.Volume)
+	go func() {
+		interval := pollStarting
+		t := time.NewTimer(0)
+		defer t.Stop()
+		var served uint64 // the inode of the socket last served
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case r := <-p.ready:
+				interval = pollStarting
+				if r {
+					interval = pollReady
+				}
+				continue
+			case <-t.C:
+			}
+			t.Reset(interval)
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(dir, nodeagent.Socket), &st); err != nil || st.Ino == served {
+				continue
+			}
+			served = st.Ino
+			a.serve(ctx, ns, name, uid, dir)
+		}
+	}()
+	return p
+}
+
+// serve connects to a pod's socket and answers its container.
+func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir string) {
+	log := a.o.Log.With("pod", ns+"/"+name)
+	pod, err := a.pods.Pods(ns).Get(name)
+	if err != nil || pod.UID != uid {
+		return
+	}
+	c, err := dialIn(dir, nodeagent.Socket)
+	if err != nil {
+		log.Warn("Cannot reach the pod's socket", "err", err)
+		return
+	}
+	defer c.Close()
+	pid, uidPeer, err := peer(c)
+	if err != nil {
+		log.Warn("Cannot tell who offers the pod's socket", "err", err)
+		return
+	}
+	h := &handler{a: a, pod: pod, pid: pid, uid: uidPeer, log: log}
+	var refused error
+	err = nodeagent.Answer(c, func(req nodeagent.Request) nodeagent.Response {
+		resp, err := h.handle(ctx, req)
+		if err != nil {
+			if errors.Is(err, errRefused) {
+				refused = err
+			}
+			return nodeagent.Response{Error: err.Error()}
+		}
+		return resp
+	})
+	switch {
+	case refused != nil:
+		log.Warn("Refused", "err", refused)
+		a.events.Eventf(pod, nil, corev1.EventTypeWarning, EventRefused, "Prepare", "%s", refused)
+	case err != nil:
+		log.Warn("Answering the pod", "err", err)
+	default:
+		log.Info("Prepared a container of the pod", "pid", pid)
+	}
+}
+
+// dialIn connects to socket name in dir through a descriptor of dir: the
+// path of a kubelet's pod directory may be longer than a socket address.
+func dialIn(dir, name string) (net.Conn, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	d := net.Dialer{Timeout: 5 * time.Second}
+	return d.Dial("unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, name))
+}
+
+// peer is the pid (in the agent's, the host's, PID namespace) and the
+// uid of the process that offered the socket c is connected to.
+func peer(c net.Conn) (pid, uid int, err error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0, 0, errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if cerr != nil {
+		return 0, 0, cerr
+	}
+	if cred.Pid == 0 {
+		return 0, 0, errors.New("the peer's process is not in the agent's PID namespace (does the agent run with hostPID?)")
+	}
+	return int(cred.Pid), int(cred.Uid), nil
+}
+
+// procPath is a path under the host's /proc.
+func (a *Agent) procPath(pid int, rest ...string) string {
+	return filepath.Join(append([]string{a.o.Proc, fmt.Sprint(pid)}, rest...)...)
+}
+
+// readProc reads a file of a process.
+func (a *Agent) readProc(pid int, rest ...string) (string, error) {
+	b, err := os.ReadFile(a.procPath(pid, rest...))
+	return string(b), err
+}

@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/podnet"
+)
+
+// handler answers one container of a pod.
+type handler struct {
+	a   *Agent
+	pod *corev1.Pod
+	pid int // the asking process, in the host's PID namespace
+	uid int
+	log *slog.Logger
+}
+
+// agentDevices are the devices of the agent's device plugin, as a
+// container has them.
+var agentDevices = []string{"/dev/kvm", "/dev/net/tun", "/dev/vhost-net"}
+
+func (h *handler) handle(_ context.Context, req nodeagent.Request) (nodeagent.Response, error) {
+	if err := h.a.trustPod(h.pod); err != nil {
+		return nodeagent.Response{}, err
+	}
+	if err := h.a.trustPeer(h.pod, h.pid, h.uid); err != nil {
+		return nodeagent.Response{}, err
+	}
+	if err := h.ownDevices(); err != nil {
+		return nodeagent.Response{}, err
+	}
+	var resp nodeagent.Response
+	if req.PodNetwork != nil {
+		o := *req.PodNetwork
+		o.TapOwner = nodeagent.RunnerUID
+		err := inNetns(h.a.procPath(h.pid, "ns", "net"), func() error {
+			n, err := podnet.Setup(o)
+			resp.PodNetwork = n
+			return err
+		})
+		if err != nil {
+			return nodeagent.Response{}, fmt.Errorf("pod network: %w", err)
+		}
+	}
+	return resp, nil
+}
+
+// ownDevices gives the runner's user the devices the asking container
+// has: the agent's, and the pod's Block volumes. The container runtime
+// makes them with the node's owners (root), which a non-root qemu could
+// not open. Paths are resolved inside the container's root, never
+// following a link, so that the container can name nothing else.
+func (h *handler) ownDevices() error {
+	paths := append([]string{}, agentDevices...)
+	for _, c := range append(append([]corev1.Container{}, h.pod.Spec.InitContainers...), h.pod.Spec.Containers...) {
+		for _, d := range c.VolumeDevices {
+			paths = append(paths, d.DevicePath)
+		}
+	}
+	root, err := unix.Open(h.a.procPath(h.pid, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("the root of the asking container: %w", err)
+	}
+	defer unix.Close(root)
+	for _, p := range paths {
+		if err := ownDevice(root, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownDevice makes the device at path under root the runner's, if the
+// container has it.
+func ownDevice(root int, path string) error {
+	fd, err := unix.Openat2(root, strings.TrimPrefix(path, "/"), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("device %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("device %s: %w", path, err)
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFCHR && t != unix.S_IFBLK {
+		return refuse("%s is not a device", path)
+	}
+	if err := unix.Fchownat(fd, "", nodeagent.RunnerUID, nodeagent.RunnerUID, unix.AT_EMPTY_PATH); err != nil {
+		return fmt.Errorf("giving device %s to the runner: %w", path, err)
+	}
+	return nil
+}
+
+// inNetns runs fn on a thread in the network namespace at path. The
+// thread stays locked, so Go ends it with the goroutine: no other
+// goroutine ever runs in that namespace.
+func inNetns(path string, fn func() error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("the pod's network namespace: %w", err)
+	}
+	defer f.Close()
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("entering the pod's network namespace: %w", err)
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}

@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// errRefused marks the answers to a container the agent does not trust.
+var errRefused = errors.New("refused")
+
+func refuse(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errRefused, fmt.Sprintf(format, args...))
+}
+
+// repository is an image reference's repository, as the registry names
+// it (docker.io/library/x for x), without tag or digest.
+func repository(image string) (string, error) {
+	ref, err := name.ParseReference(image)
+	if err != nil {
+		return "", err
+	}
+	return ref.Context().Name(), nil
+}
+
+// trustPod says whether the agent may act for pod. Labels say which pods
+// to look at, not which to trust: anyone who may create a pod can copy
+// them. What the agent trusts is what runs: only the containers that
+// mount the pod's nodeagent.Volume can reach the socket, and each of them
+// must run a runner image of a trusted repository (vm-runner, vmop's own
+// code), unprivileged, in the pod's own network, PID and IPC namespaces.
+// A container that asks can then only ask for what vm-runner asks.
+func (a *Agent) trustPod(pod *corev1.Pod) error {
+	if pod.Labels[render.LabelManagedBy] != render.ManagedBy {
+		return refuse("pod %s/%s is not labelled %s=%s", pod.Namespace, pod.Name, render.LabelManagedBy, render.ManagedBy)
+	}
+	if pod.Spec.HostNetwork || pod.Spec.HostPID || pod.Spec.HostIPC {
+		return refuse("pod %s/%s shares a namespace of the node: the agent acts only inside a pod's own", pod.Namespace, pod.Name)
+	}
+	var containers []corev1.Container
+	containers = append(containers, pod.Spec.InitContainers...)
+	containers = append(containers, pod.Spec.Containers...)
+	for _, e := range pod.Spec.EphemeralContainers {
+		containers = append(containers, corev1.Container(e.EphemeralContainerCommon))
+	}
+	asking := 0
+	for _, c := range containers {
+		if !mounts(c, nodeagent.Volume) {
+			continue
+		}
+		asking++
+		repo, err := repository(c.Image)
+		if err != nil || !a.trusted[repo] {
+			return refuse("container %s of pod %s/%s runs image %s, not a vmop runner image the node agent trusts (%s)", c.Name, pod.Namespace, pod.Name, c.Image, strings.Join(a.o.RunnerRepositories, ", "))
+		}
+		if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
+			return refuse("container %s of pod %s/%s is privileged and needs no node agent", c.Name, pod.Namespace, pod.Name)
+		}
+	}
+	if asking == 0 {
+		return refuse("no container of pod %s/%s mounts volume %s", pod.Namespace, pod.Name, nodeagent.Volume)
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == nodeagent.Volume && v.EmptyDir == nil {
+			return refuse("volume %s of pod %s/%s is not an emptyDir", v.Name, pod.Namespace, pod.Name)
+		}
+	}
+	return nil
+}
+
+func mounts(c corev1.Container, volume string) bool {
+	for _, m := range c.VolumeMounts {
+		if m.Name == volume {
+			return true
+		}
+	}
+	return false
+}
+
+// trustPeer says whether process pid, which offered the socket as uid,
+// is a container of pod running as the runner's user, in its own network
+// namespace.
+func (a *Agent) trustPeer(pod *corev1.Pod, pid, uid int) error {
+	if uid != nodeagent.RunnerUID {
+		return refuse("the process that asks runs as uid %d, not the runner's %d", uid, nodeagent.RunnerUID)
+	}
+	cg, err := a.readProc(pid, "cgroup")
+	if err != nil {
+		return fmt.Errorf("the asking process %d: %w", pid, err)
+	}
+	// The kubelet names a pod's cgroup after its UID, with - or _.
+	id := string(pod.UID)
+	if !strings.Contains(cg, id) && !strings.Contains(cg, strings.ReplaceAll(id, "-", "_")) {
+		return refuse("the asking process %d is not in pod %s/%s", pid, pod.Namespace, pod.Name)
+	}
+	own, err := a.netns(pid)
+	if err != nil {
+		return err
+	}
+	node, err := a.netns(1)
+	if err != nil {
+		return err
+	}
+	if own == node {
+		return refuse("the asking process %d is in the node's network namespace", pid)
+	}
+	return nil
+}
+
+// netns names the network namespace of a process.
+func (a *Agent) netns(pid int) (string, error) {
+	return os.Readlink(a.procPath(pid, "ns", "net"))
+}
