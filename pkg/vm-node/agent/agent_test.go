@@ -75,7 +75,7 @@ func TestTrustPod(t *testing.T) {
 			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
 				Name: "debug", Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: nodeagent.Volume, MountPath: "/x"}}}}}
 		}, "container debug of pod ns/vm-0 runs image busybox"},
-		"not vmop's": {func(p *corev1.Pod) { p.Labels = nil }, "pod ns/vm-0 is not labelled app.kubernetes.io/managed-by=vm-operator"},
+		"not vmop's":   {func(p *corev1.Pod) { p.Labels = nil }, "pod ns/vm-0 is not labelled app.kubernetes.io/managed-by=vm-operator"},
 		"host network": {func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "shares a namespace of the node"},
 		"privileged": {func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
