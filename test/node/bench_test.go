@@ -36,7 +36,7 @@ const startVMs = 5
 // (the runner's DHCP server, qemu's tap backend).
 func BenchmarkStart(b *testing.B) {
 	const ns = "bench"
-	kubectl(b, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(b)
 	createNamespace(b, ns)
 	addImageRepository(b, ns)
 	parts := map[string][]time.Duration{}

@@ -47,7 +47,7 @@ func containerDiskImage(t *testing.T, ref string, files ...imagebuild.File) {
 func TestImportContainerDisk(t *testing.T) {
 	const ns, vm, bad = "cdisk", "cd", "nodisk"
 	const ref, emptyRef = "vmop.test/containerdisks/testguest:1", "vmop.test/containerdisks/empty:1"
-	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(t)
 	createNamespace(t, ns)
 
 	qcow2 := filepath.Join(t.TempDir(), "guest.qcow2")

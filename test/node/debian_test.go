@@ -32,7 +32,7 @@ import (
 // serves.
 func TestDebianServer(t *testing.T) {
 	const ns, vm = "server", "deb"
-	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(t)
 	createNamespace(t, ns)
 	// What docs/operator.md (Rights for VM users) tells an administrator
 	// to run for a VM user.
@@ -63,6 +63,7 @@ func TestDebianServer(t *testing.T) {
 	prompt := vm + " login:"
 	waitConsole(t, ns, vm, prompt, 5*time.Minute)
 	t.Logf("the guest's login prompt on its serial console %.0f s after kubectl vm create", time.Since(start).Seconds())
+	requireUnprivileged(t, ns, vm)
 
 	t.Run("serial console", func(t *testing.T) {
 		logs := alice(t, "logs", vm)
@@ -107,6 +108,28 @@ func TestDebianServer(t *testing.T) {
 		require.True(t, strings.HasPrefix(banner, "SSH-2.0-OpenSSH_"), "banner %q", banner)
 		// The agent reports the address the runner's DHCP server gave.
 		require.Contains(t, alice(t, "status", vm), "10.0.2.15/24")
+	})
+
+	t.Run("sshd through a Service", func(t *testing.T) {
+		out := kubectl(t, "", "vm", "expose", "-n", ns, vm, "--port", "2222:22")
+		t.Logf("kubectl vm expose %s --port 2222:22: %s", vm, strings.TrimSpace(out))
+		svc, err := node.Client.CoreV1().Services(ns).Get(t.Context(), vm+"-2222", metav1.GetOptions{})
+		require.NoError(t, err)
+		var banner string
+		eventually.Within(t, time.Minute, func() string {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(svc.Spec.ClusterIP, "2222"), 5*time.Second)
+			if err != nil {
+				return fmt.Sprintf("Service %s at %s:2222: %v", svc.Name, svc.Spec.ClusterIP, err)
+			}
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			banner, err = bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				return fmt.Sprintf("Service %s at %s:2222: %v", svc.Name, svc.Spec.ClusterIP, err)
+			}
+			return ""
+		})
+		require.True(t, strings.HasPrefix(banner, "SSH-2.0-OpenSSH_"), "banner %q", banner)
 	})
 
 	start = time.Now()

@@ -47,7 +47,7 @@ func TestExamples(t *testing.T) {
 		"/var/lib/vmop/images", images,
 	).Replace(read("single-node/storage.yaml"))
 	kubectl(t, storage, "apply", "-f", "-")
-	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(t)
 	kubectl(t, read("local-path-test-vm.yaml"), "apply", "-f", "-")
 
 	// The example asks for 4 CPUs: its pod requests 2, which a node with 2

@@ -20,7 +20,7 @@ import (
 // understands, and a running VM survives what it should.
 func TestFaults(t *testing.T) {
 	const ns = "faults"
-	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(t)
 	createNamespace(t, ns)
 	addImageRepository(t, ns)
 

@@ -31,7 +31,7 @@ import (
 // are made the VM runs, with nothing else done to it.
 func TestFirstClusterPrerequisites(t *testing.T) {
 	const ns, vm = "newcomer", "test-vm"
-	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(t)
 	createNamespace(t, ns)
 	// The node's volumes for the disk and the runner's data; the claims
 	// only find them once they have a class.
@@ -146,7 +146,7 @@ func statusLine(out string) string {
 func TestFirstClusterGitOpsAccount(t *testing.T) {
 	const ns, vm, account = "newcomer-gitops", "guest", "vm-runner"
 	// The ClusterRole vm-runner that the account is bound to.
-	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(t)
 	createNamespace(t, ns)
 	addGuestDisk(t, ns, vm)
 	addImageRepository(t, ns)

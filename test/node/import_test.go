@@ -67,7 +67,7 @@ spec:
 // leaves its claim untouched and says so in kubectl vm status.
 func TestImportCloudImage(t *testing.T) {
 	const ns, vm, bad = "import", "cloud", "badsum"
-	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(t)
 	createNamespace(t, ns)
 
 	qcow2 := filepath.Join(t.TempDir(), "debian.qcow2")

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/internal/imagebuild"
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/prereq"
@@ -32,6 +33,8 @@ var (
 	node *testnode.Node
 	// binDir holds kubectl-vm, first on the PATH of kubectl commands.
 	binDir string
+	// impostorImage runs test/node/impostor.
+	impostorImage string
 )
 
 func TestMain(m *testing.M) {
@@ -64,6 +67,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test node:", err)
 		return 1
 	}
+	if err := installNodeAgent(); err != nil {
+		fmt.Fprintln(os.Stderr, "installing the node agent:", err)
+		_ = node.Stop()
+		return 1
+	}
 	code := m.Run()
 	if code != 0 {
 		for _, p := range append(node.Processes(), node.Kubelet, node.Scheduler) {
@@ -77,6 +85,27 @@ func run(m *testing.M) int {
 	return code
 }
 
+// installNodeAgent installs vmop's node agent alone, as for GitOps, and
+// waits until the node offers its device resource: every VM pod needs it.
+func installNodeAgent() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	out, err := kubectlCmd(ctx, "vm", "install", "--node-agent-only", "--wait", "--timeout", "3m", "--kubelet-root-dir", node.KubeletRootDir()).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kubectl vm install --node-agent-only: %w\n%s", err, out)
+	}
+	for ctx.Err() == nil {
+		n, err := node.Client.CoreV1().Nodes().Get(ctx, testnode.Name, metav1.GetOptions{})
+		if err == nil {
+			if q, ok := n.Status.Allocatable[nodeagent.Resource]; ok && !q.IsZero() {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("the node offers no %s: the agent's device plugin did not register", nodeagent.Resource)
+}
+
 // build makes vmop's images as make images does, with the version of a
 // plugin built without flags ("devel"), and the plugin itself.
 func build(dir string) ([]string, error) {
@@ -88,7 +117,12 @@ func build(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var archives []string
+	impostor, err := imagebuild.Program(o, "vmop-impostor", "./test/node/impostor")
+	if err != nil {
+		return nil, err
+	}
+	impostorImage = impostor.Ref.String()
+	archives := []string{impostor.Archive}
 	for _, b := range built {
 		archives = append(archives, b.Archive)
 	}
@@ -127,10 +161,27 @@ func kubectlCmd(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// createNamespace makes a namespace for one journey.
+// installVmop installs vmop as a user of this node must: its kubelet's
+// root directory is not the default.
+func installVmop(t testing.TB, args ...string) {
+	t.Helper()
+	kubectl(t, "", append([]string{"vm", "install", "--wait", "--timeout", "3m", "--kubelet-root-dir", node.KubeletRootDir()}, args...)...)
+}
+
+// createNamespace makes a namespace for one journey, where Pod Security
+// enforces the restricted level, as strict clusters do.
 func createNamespace(t testing.TB, name string) {
 	t.Helper()
-	_, err := node.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	createNamespaceAt(t, name, "restricted")
+}
+
+// createNamespaceAt makes a namespace that enforces Pod Security level.
+func createNamespaceAt(t testing.TB, name, level string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": level,
+	}}}
+	_, err := node.Client.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{})
 	require.NoError(t, err)
 }
 

@@ -48,7 +48,12 @@ func startDHCPGuest(t *testing.T, ns, vm, network string) string {
 		manifest = strings.Replace(manifest, "    display:\n      spice:\n        port: 5910\n", "    display: {outputs: 1}\n", 1)
 		require.Contains(t, manifest, "display: {outputs: 1}")
 	}
-	createNamespace(t, ns)
+	if strings.HasPrefix(network, "tap:") {
+		// A tap NIC joins a bridge of the node: its pod is privileged.
+		createNamespaceAt(t, ns, "privileged")
+	} else {
+		createNamespace(t, ns)
+	}
 	grantRunner(t, ns)
 	addGuestDisk(t, ns, vm, testguest.DHCP)
 	file := filepath.Join(t.TempDir(), "vm.yaml")

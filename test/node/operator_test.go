@@ -123,7 +123,7 @@ func vmStatus(t testing.TB, ns, vm string) v1.VirtualMachineStatus {
 // test guest's stand-in agent; what happens shows in kubectl events.
 func TestOperatorJourney(t *testing.T) {
 	const ns, vm = "journey", "guest"
-	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(t)
 	createNamespace(t, ns)
 	disk := addGuestDisk(t, ns, vm, testguest.Agent)
 	addImageRepository(t, ns)
@@ -134,6 +134,7 @@ func TestOperatorJourney(t *testing.T) {
 	t.Logf("kubectl vm start --wait: %v", time.Since(start).Round(time.Millisecond))
 	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
 	waitConsole(t, ns, vm, testguest.ReadyLine, time.Minute)
+	requireUnprivileged(t, ns, vm)
 
 	// A node without a usable /dev/kvm (this machine, often) runs the
 	// guest emulated: the user sees it.

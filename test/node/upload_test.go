@@ -36,7 +36,7 @@ const uploadDiskSize = 100 << 20
 // raw image replaces it.
 func TestImportUpload(t *testing.T) {
 	const ns, vm = "upload", "up"
-	kubectl(t, "", "vm", "install", "--wait", "--timeout", "3m")
+	installVmop(t)
 	createNamespace(t, ns)
 	kubectl(t, "", "create", "serviceaccount", "-n", ns, "alice")
 	kubectl(t, "", "create", "rolebinding", "alice", "-n", ns, "--clusterrole", install.UserClusterRole, "--serviceaccount", ns+":alice")

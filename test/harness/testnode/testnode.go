@@ -82,6 +82,7 @@ var nodeControllers = []string{
 	"clusterrole-aggregation-controller",
 	"endpointslice-controller",
 	"pod-garbage-collector-controller",
+	"daemonset-controller",
 }
 
 // Options tune Start.
@@ -334,13 +335,17 @@ func (n *Node) buildImage(name, ref string) (string, error) {
 	return b.Archive, nil
 }
 
+// KubeletRootDir is the kubelet's --root-dir: not /var/lib/kubelet, as on
+// k0s or microk8s.
+func (n *Node) KubeletRootDir() string { return filepath.Join(n.dir, "kubelet") }
+
 // startKubelet writes the kubelet's config and runs it; see RestartKubelet.
 func (n *Node) startKubelet(ctx context.Context, bin string) error {
 	ports, err := freeport.Ports(2)
 	if err != nil {
 		return err
 	}
-	root := filepath.Join(n.dir, "kubelet")
+	root := n.KubeletRootDir()
 	// What this machine needs (../shared/ENVIRONMENT.md): cgroup v1 with
 	// the cgroupfs driver and no QoS hierarchy or allocatable
 	// enforcement, no swap check, low eviction thresholds. The serving

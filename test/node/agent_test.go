@@ -1,0 +1,129 @@
+package node
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vm-node/agent"
+	"github.com/vmop/vmop/test/harness/eventually"
+)
+
+// restrictedPod is a pod that passes Pod Security's restricted level and
+// runs image as the runner's user.
+func restrictedPod(ns, name, image string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](nodeagent.RunnerUID), RunAsGroup: ptr.To[int64](nodeagent.RunnerUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: "runner", Image: image, ImagePullPolicy: corev1.PullNever,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+		},
+	}
+}
+
+// TestPodSecurityEnforced: the namespaces of the journeys enforce the
+// restricted level, so a VM pod that runs there passes it.
+func TestPodSecurityEnforced(t *testing.T) {
+	const ns = "psa-check"
+	createNamespace(t, ns)
+	pod := restrictedPod(ns, "privileged", impostorImage)
+	pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	_, err := node.Client.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{})
+	require.ErrorContains(t, err, `violates PodSecurity "restricted:latest": privileged`)
+	_, err = node.Client.CoreV1().Pods(ns).Create(t.Context(), restrictedPod(ns, "restricted", impostorImage), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "the same pod without privileges")
+}
+
+// TestNodeAgentImpostor: a pod that carries what the agent looks for
+// (vmop's labels, its volume, its device resource, the runner's user) but
+// runs another image gets nothing from the agent: an answer that says
+// why, no tap device, no device of its own, and an event on the pod.
+func TestNodeAgentImpostor(t *testing.T) {
+	const ns, name = "impostor", "impostor-0"
+	createNamespace(t, ns)
+	pod := restrictedPod(ns, name, impostorImage)
+	pod.Labels = render.Labels("impostor")
+	pod.Spec.Volumes = []corev1.Volume{{Name: nodeagent.Volume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = []corev1.VolumeMount{{Name: nodeagent.Volume, MountPath: nodeagent.Dir}}
+	c.Resources.Limits = corev1.ResourceList{nodeagent.Resource: resource.MustParse("1")}
+	_, err := node.Client.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	var logs string
+	eventually.Within(t, 2*time.Minute, func() string {
+		logs, _, _ = kubectlResult(t.Context(), "", "logs", "-n", ns, name)
+		if strings.Contains(logs, "answer:") && strings.Contains(logs, "link:") {
+			return ""
+		}
+		return "the impostor has no answer yet: " + logs
+	})
+	t.Logf("the impostor's log:\n%s", logs)
+	require.Contains(t, logs, "answer: the node agent: refused: container runner of pod impostor/impostor-0 runs image "+impostorImage+", not a vmop runner image the node agent trusts")
+	require.NotContains(t, logs, "link: vmtap0")
+	requireEvents(t, ns, "pod/"+name, agent.EventRefused, "not a vmop runner image")
+
+	// The device plugin gives the pod the tun device, as to any pod that
+	// requests the resource; the agent did not give it to the pod's user.
+	p, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	pid, err := node.Containerd.PID(t.Context(), strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://"))
+	require.NoError(t, err)
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(fmt.Sprintf("/proc/%d/root/dev/net/tun", pid), &st))
+	require.EqualValues(t, 0, st.Uid, "the owner of the impostor's /dev/net/tun")
+}
+
+// requireUnprivileged checks that qemu in the VM's pod runs as the
+// runner's user, not root, and holds no capability.
+func requireUnprivileged(t testing.TB, ns, vm string) {
+	t.Helper()
+	runner, err := runnerPID(t.Context(), ns, vm)
+	require.NoError(t, err)
+	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", runner, runner))
+	require.NoError(t, err)
+	var qemu int
+	for _, f := range strings.Fields(string(children)) {
+		pid, _ := strconv.Atoi(f)
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "qemu-system") {
+			qemu = pid
+		}
+	}
+	require.NotZero(t, qemu, "no qemu among the runner's children %q", children)
+	for _, pid := range []int{runner, qemu} {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		require.NoError(t, err)
+		fields := map[string]string{}
+		for _, l := range strings.Split(string(status), "\n") {
+			k, v, _ := strings.Cut(l, ":")
+			fields[k] = strings.TrimSpace(v)
+		}
+		t.Logf("%s (pid %d): Uid %s, CapEff %s, NoNewPrivs %s", fields["Name"], pid, fields["Uid"], fields["CapEff"], fields["NoNewPrivs"])
+		want := strconv.Itoa(nodeagent.RunnerUID)
+		require.Equal(t, []string{want, want, want, want}, strings.Fields(fields["Uid"]), "%s's uids", fields["Name"])
+		require.Equal(t, "0000000000000000", fields["CapEff"], "%s's effective capabilities", fields["Name"])
+		require.Equal(t, "1", fields["NoNewPrivs"], "%s may gain no privilege", fields["Name"])
+	}
+}
