@@ -41,6 +41,8 @@ func BenchmarkStart(b *testing.B) {
 	addImageRepository(b, ns)
 	parts := map[string][]time.Duration{}
 	var overhead, guest, podNetOverhead int64
+	agentPID := nodeAgentPID(b)
+	agentCPU := cpuTime(b, agentPID)
 	for range b.N {
 		for i := range startVMs {
 			vm := fmt.Sprintf("vm%d", i)
@@ -74,6 +76,14 @@ func BenchmarkStart(b *testing.B) {
 				prev = s.at
 			}
 			parts["total"] = append(parts["total"], running.Sub(applied))
+			// The node agent's part of it: devices, and the pod network for
+			// vm1 (which a privileged runner made itself in
+			// BenchmarkSetup's time, pkg/podnet).
+			answer := "agent-devices"
+			if i == 1 {
+				answer = "agent-pod-network"
+			}
+			parts[answer] = append(parts[answer], runnerLogDuration(b, ns, vm, "Node agent answered", "took"))
 			// Booted, the guest powers off at once when deleted (before, it
 			// would ignore ACPI and take the whole powerdownTimeout), and
 			// the pod's memory is what a running VM's is.
@@ -87,12 +97,62 @@ func BenchmarkStart(b *testing.B) {
 			deleteVM(b, ns, vm)
 		}
 	}
+	b.ReportMetric(float64((cpuTime(b, agentPID)-agentCPU).Milliseconds())/float64(b.N*startVMs), "ms-agent-cpu/vm")
+	agentRSS, _ := rssOf(b, agentPID, -1)
+	b.ReportMetric(float64(agentRSS>>20), "MiB-agent-rss")
 	for name, d := range parts {
 		b.ReportMetric(float64(median(d).Milliseconds()), "ms-"+name)
 	}
 	b.ReportMetric(float64(overhead>>20), "MiB-pod-overhead")
 	b.ReportMetric(float64(guest>>20), "MiB-guest-resident")
 	b.ReportMetric(float64(podNetOverhead>>20), "MiB-pod-overhead-pod-network")
+}
+
+// nodeAgentPID is the host pid of vm-node on the node.
+func nodeAgentPID(b testing.TB) int {
+	pods, err := node.Client.CoreV1().Pods("vmop-system").List(b.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=vm-node"})
+	if err != nil || len(pods.Items) != 1 || len(pods.Items[0].Status.ContainerStatuses) == 0 {
+		b.Fatalf("no vm-node pod: %v", err)
+	}
+	pid, err := node.Containerd.PID(b.Context(), strings.TrimPrefix(pods.Items[0].Status.ContainerStatuses[0].ContainerID, "containerd://"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pid
+}
+
+// cpuTime is the user and system CPU time a process used so far.
+func cpuTime(b testing.TB, pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis; utime and stime
+	// are the 14th and 15th of the line, in clock ticks (100 Hz).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// runnerLogDuration is the duration attribute attr of the runner's log
+// line msg.
+func runnerLogDuration(b testing.TB, ns, vm, msg, attr string) time.Duration {
+	out := kubectl(b, "", "logs", "-n", ns, vm+"-0")
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, `msg="`+msg+`"`) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, attr+"="); ok {
+				if d, err := time.ParseDuration(v); err == nil {
+					return d
+				}
+			}
+		}
+	}
+	b.Fatalf("no %s=DURATION in the runner's log line %q of %s/%s:\n%s", attr, msg, ns, vm, out)
+	return 0
 }
 
 func median(d []time.Duration) time.Duration {

@@ -76,9 +76,13 @@ func (r *Runner) askNodeAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	asked := time.Now()
 	resp, err := nodeagent.AskIfServed(ctx, nodeagent.Request{PodNetwork: o})
 	if err != nil {
 		return err
+	}
+	if resp != nil {
+		r.log.Info("Node agent answered", "took", time.Since(asked).Round(time.Millisecond), "podNetwork", o != nil)
 	}
 	if resp != nil && o != nil {
 		if resp.PodNetwork == nil {
