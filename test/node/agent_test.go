@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,10 +16,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/vm-node/agent"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testguest"
+	"github.com/vmop/vmop/test/harness/testnode"
 )
 
 // restrictedPod is a pod that passes Pod Security's restricted level and
@@ -126,4 +131,47 @@ func requireUnprivileged(t testing.TB, ns, vm string) {
 		require.Equal(t, "0000000000000000", fields["CapEff"], "%s's effective capabilities", fields["Name"])
 		require.Equal(t, "1", fields["NoNewPrivs"], "%s may gain no privilege", fields["Name"])
 	}
+}
+
+// TestNodeAgentMissing is a first cluster without the node agent: a VM
+// rendered for GitOps waits, and kubectl vm status says to install the
+// agent; once it is installed, the VM starts without anything else done.
+func TestNodeAgentMissing(t *testing.T) {
+	const ns, vm = "no-agent", "guest"
+	kubectl(t, "", "delete", "daemonset", "-n", "vmop-system", "vm-node", "--wait")
+	// Whatever happens, the later journeys need the agent.
+	defer func() { require.NoError(t, installNodeAgent()) }()
+	eventually.Within(t, time.Minute, func() string {
+		n, err := node.Client.CoreV1().Nodes().Get(t.Context(), testnode.Name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if q := n.Status.Allocatable[nodeagent.Resource]; !q.IsZero() {
+			return fmt.Sprintf("the node still offers %s %s", q.String(), nodeagent.Resource)
+		}
+		return ""
+	})
+
+	createNamespace(t, ns)
+	grantRunner(t, ns)
+	addGuestDisk(t, ns, vm)
+	addImageRepository(t, ns)
+	file := filepath.Join(t.TempDir(), "vm.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: Running", 1)), 0o644))
+	kubectl(t, kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file), "apply", "-f", "-")
+	defer deleteVM(t, ns, vm)
+
+	var status string
+	eventually.Within(t, time.Minute, func() string {
+		status = kubectl(t, "", "vm", "status", "-n", ns, vm)
+		if strings.Contains(status, v1.ReasonNodeAgentMissing) {
+			return ""
+		}
+		return "kubectl vm status does not say the agent is missing:\n" + status
+	})
+	t.Logf("kubectl vm status without the agent:\n%s", status)
+	require.Contains(t, status, "kubectl vm install")
+
+	require.NoError(t, installNodeAgent())
+	waitConsole(t, ns, vm, testguest.ReadyLine, 3*time.Minute)
 }

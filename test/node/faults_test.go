@@ -93,7 +93,12 @@ func TestFaults(t *testing.T) {
 		kubectl(t, manifest, "apply", "-f", "-")
 		defer deleteVM(t, ns, vm)
 		kubectl(t, "", "vm", "start", "-n", ns, vm)
-		out := failedWith(t, vm, v1.ReasonNetworkFailed)
+		// A tap NIC needs a privileged pod, which the namespace refuses.
+		out := failedWith(t, vm, v1.ReasonPodCreateFailed)
+		require.Contains(t, out, `violates PodSecurity "restricted:latest"`)
+		kubectl(t, "", "label", "namespace", ns, "--overwrite", "pod-security.kubernetes.io/enforce=privileged")
+		defer kubectl(t, "", "label", "namespace", ns, "--overwrite", "pod-security.kubernetes.io/enforce=restricted")
+		out = failedWith(t, vm, v1.ReasonNetworkFailed)
 		require.Contains(t, out, `bridge "nosuchbr0" does not exist on node`)
 		requireEvents(t, ns, "vm/"+vm, "StartFailed", `network 0 (tap): bridge "nosuchbr0" does not exist on node`)
 	})
