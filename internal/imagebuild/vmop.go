@@ -50,6 +50,9 @@ type Built struct {
 // distroless names it.
 const nonRoot = "65532:65532"
 
+// root is the user of vm-node, the privileged node agent.
+const root = "0:0"
+
 // image is how one of vmop's images is made.
 type image struct {
 	name string
@@ -80,6 +83,10 @@ var images = []image{
 	{
 		name: version.OperatorImage, pkg: "./cmd/vm-operator", at: "vm-operator", user: nonRoot,
 		description: "vm-operator: renders VirtualMachines into StatefulSets and reports their status",
+	},
+	{
+		name: version.NodeImage, pkg: "./cmd/vm-node", at: "vm-node", user: root,
+		description: "vm-node: vmop's node agent: devices and pod networks for unprivileged VM pods",
 	},
 	{
 		name: version.FunctionImage, pkg: "./cmd/kubectl-vm", at: "kubectl-vm", user: nonRoot,

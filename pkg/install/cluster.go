@@ -36,6 +36,7 @@ const pollInterval = 250 * time.Millisecond
 var (
 	crdGVR        = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	deploymentGVR = appsv1.SchemeGroupVersion.WithResource("deployments")
+	daemonSetGVR  = appsv1.SchemeGroupVersion.WithResource("daemonsets")
 	pvcGVR        = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
 )
 
@@ -50,6 +51,12 @@ type Cluster struct {
 // Connect makes a Cluster and checks that the API server answers, so that
 // an unreachable cluster gives one clear error instead of one per object.
 func Connect(config *rest.Config, mapper meta.RESTMapper, out io.Writer) (*Cluster, error) {
+	if config.QPS == 0 && config.RateLimiter == nil {
+		// client-go's default of 5 requests a second would spend most of a
+		// short --timeout on applying the objects.
+		config = rest.CopyConfig(config)
+		config.QPS, config.Burst = 50, 100
+	}
 	client, err := dynamic.NewForConfig(config)
 	if err != nil {
 		return nil, err
@@ -107,7 +114,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured) 
 
 // waitEstablished waits until the API server serves the CRD's resource.
 func (c *Cluster) waitEstablished(ctx context.Context, ref, name string) error {
-	return c.poll(ctx, ref, "established", func(ctx context.Context) (bool, error) {
+	return c.poll(ctx, ref, always("established yet"), func(ctx context.Context) (bool, error) {
 		crd, err := c.client.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -125,7 +132,7 @@ func (c *Cluster) waitEstablished(ctx context.Context, ref, name string) error {
 // status sees it.
 func (c *Cluster) WaitAvailable(ctx context.Context, namespace string) error {
 	ref := "deployment.apps/" + OperatorName
-	err := c.poll(ctx, ref, "available", func(ctx context.Context) (bool, error) {
+	err := c.poll(ctx, ref, always("available yet"), func(ctx context.Context) (bool, error) {
 		u, err := c.client.Resource(deploymentGVR).Namespace(namespace).Get(ctx, OperatorName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -146,23 +153,71 @@ func (c *Cluster) WaitAvailable(ctx context.Context, namespace string) error {
 	return nil
 }
 
+// WaitNodeAgent waits until the node agent's DaemonSet in namespace runs
+// on every node it is scheduled to: an updated pod available on each, as
+// kubectl rollout status sees it.
+func (c *Cluster) WaitNodeAgent(ctx context.Context, namespace string) error {
+	ref := "daemonset.apps/" + NodeAgentName
+	var last *appsv1.DaemonSet
+	what := func() string {
+		if last == nil || last.Status.ObservedGeneration < last.Generation {
+			return "ready yet (the DaemonSet controller has not counted its nodes)"
+		}
+		return fmt.Sprintf("ready on every node yet (%d of %d nodes not ready)", notReady(last), last.Status.DesiredNumberScheduled)
+	}
+	err := c.poll(ctx, ref, what, func(ctx context.Context) (bool, error) {
+		u, err := c.client.Resource(daemonSetGVR).Namespace(namespace).Get(ctx, NodeAgentName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		var d appsv1.DaemonSet
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+			return false, err
+		}
+		last = &d
+		return d.Status.ObservedGeneration >= d.Generation && notReady(&d) == 0, nil
+	})
+	if err != nil {
+		return err
+	}
+	nodes := "nodes"
+	if last.Status.DesiredNumberScheduled == 1 {
+		nodes = "node"
+	}
+	fmt.Fprintf(c.out, "%s ready on %d %s\n", ref, last.Status.DesiredNumberScheduled, nodes)
+	return nil
+}
+
+// notReady counts the nodes of d that lack an available pod of its
+// current template.
+func notReady(d *appsv1.DaemonSet) int32 {
+	s := d.Status
+	return max(s.DesiredNumberScheduled-s.NumberAvailable, s.DesiredNumberScheduled-s.UpdatedNumberScheduled, 0)
+}
+
+// always is the what of a poll that says the same whatever it saw.
+func always(what string) func() string { return func() string { return what } }
+
 // poll calls done until it says yes, fails, or ctx ends; an error of the
-// API server ends the wait only when it will not go away by waiting.
-func (c *Cluster) poll(ctx context.Context, ref, what string, done func(context.Context) (bool, error)) error {
+// API server ends the wait only when it will not go away by waiting. what
+// says what ref is not when the wait gives up ("available yet").
+func (c *Cluster) poll(ctx context.Context, ref string, what func() string, done func(context.Context) (bool, error)) error {
 	var last error
 	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		ok, err := done(ctx)
 		if err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
 			return false, err
 		}
-		last = err
+		if ctx.Err() == nil { // not the wait's own end
+			last = err
+		}
 		return ok, nil
 	})
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		msg := fmt.Sprintf("%s is not %s yet, giving up (see --timeout)", ref, what)
+		msg := fmt.Sprintf("%s is not %s, giving up (see --timeout)", ref, what())
 		if last != nil {
 			msg += ": last error: " + last.Error()
 		}
@@ -175,8 +230,12 @@ func (c *Cluster) poll(ctx context.Context, ref, what string, done func(context.
 // Delete deletes objs in reverse order, so that the operator stops before
 // what it needs goes. Objects that are not there are fine. A namespace
 // that holds PersistentVolumeClaims is kept: deleting it would delete
-// them, and they hold VM disks.
+// them, and they hold VM disks. So is one that holds the operator's
+// Deployment when objs do not (the node agent's alone are deleted).
 func (c *Cluster) Delete(ctx context.Context, objs []*unstructured.Unstructured) error {
+	withOperator := slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "Deployment" && o.GetName() == OperatorName
+	})
 	for _, o := range slices.Backward(objs) {
 		ref, ri, err := c.resource(o)
 		if meta.IsNoMatchError(err) {
@@ -195,6 +254,16 @@ func (c *Cluster) Delete(ctx context.Context, objs []*unstructured.Unstructured)
 			if len(pvcs.Items) > 0 {
 				fmt.Fprintf(c.out, "%s kept: it holds PersistentVolumeClaims\n", ref)
 				continue
+			}
+			if !withOperator {
+				_, err := c.client.Resource(deploymentGVR).Namespace(o.GetName()).Get(ctx, OperatorName, metav1.GetOptions{})
+				switch {
+				case err == nil:
+					fmt.Fprintf(c.out, "%s kept: it holds deployment.apps/%s\n", ref, OperatorName)
+					continue
+				case !apierrors.IsNotFound(err):
+					return objectError("get deployment.apps/"+OperatorName+" in", ref, err)
+				}
 			}
 		}
 		err = ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})

@@ -33,6 +33,7 @@ import (
 
 const (
 	operatorUser = "system:serviceaccount:vmop-system:vm-operator"
+	nodeUser     = "system:serviceaccount:vmop-system:vm-node"
 	vmNamespace  = "vms"
 	runnerUser   = "system:serviceaccount:" + vmNamespace + ":vm-runner"
 )
@@ -155,6 +156,35 @@ func TestOnAPIServer(t *testing.T) {
 			{false, ra("list", "events.k8s.io", "events", "", vmNamespace)},
 		} {
 			require.Equal(t, a.allowed, can(t, cs, runnerUser, a.attrs), "%s may %+v", runnerUser, a.attrs)
+		}
+	})
+
+	t.Run("node agent rights", func(t *testing.T) {
+		for _, a := range []struct {
+			allowed bool
+			attrs   authorizationv1.ResourceAttributes
+		}{
+			{true, ra("get", "", "pods", "", "any")},
+			{true, ra("list", "", "pods", "", "")},
+			{true, ra("watch", "", "pods", "", "")},
+			{true, ra("create", "", "events", "", "any")},
+			{true, ra("patch", "", "events", "", "any")},
+			{true, ra("create", "events.k8s.io", "events", "", "any")},
+			{true, ra("patch", "events.k8s.io", "events", "", "any")},
+
+			{false, ra("create", "", "pods", "", "any")},
+			{false, ra("patch", "", "pods", "", "any")},
+			{false, ra("delete", "", "pods", "", "any")},
+			{false, ra("patch", "", "pods", "status", "any")},
+			{false, ra("create", "", "pods", "exec", "any")},
+			{false, ra("get", "", "secrets", "", "any")},
+			{false, ra("get", "", "nodes", "", "")},
+			{false, ra("patch", "", "nodes", "status", "")},
+			{false, ra("list", "", "events", "", "any")},
+			{false, ra("delete", "events.k8s.io", "events", "", "any")},
+			{false, ra("get", "vmoperator.jdrupes.org", "vms", "", "any")},
+		} {
+			require.Equal(t, a.allowed, can(t, cs, nodeUser, a.attrs), "%s may %+v", nodeUser, a.attrs)
 		}
 	})
 

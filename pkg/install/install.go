@@ -1,7 +1,8 @@
 // Package install holds what "kubectl vm install" puts into a cluster: the
 // VirtualMachine CRD, the vm-operator Deployment and its RBAC, the
-// ClusterRole of the VMs' runner pods and the admission policy that keeps
-// each runner to its own VM. It also applies and deletes these objects.
+// ClusterRole of the VMs' runner pods, the admission policy that keeps
+// each runner to its own VM and the node agent vm-node (a DaemonSet and
+// its RBAC). It also applies and deletes these objects.
 //
 // The manifests are YAML files under manifests/, written for the default
 // namespace; Objects moves them to the namespace asked for.
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +53,19 @@ const (
 	// UserClusterRole holds what a person needs to run VMs with kubectl vm,
 	// for administrators to bind per namespace.
 	UserClusterRole = "vm-user"
+
+	// NodeAgentName names the node agent's DaemonSet, its container, its
+	// ServiceAccount and its ClusterRole(Binding).
+	NodeAgentName = "vm-node"
+	// DefaultKubeletRootDir is the kubelet's --root-dir unless a
+	// distribution moves it (k0s, microk8s).
+	DefaultKubeletRootDir = "/var/lib/kubelet"
+
+	// componentLabel marks the node agent's objects with NodeAgentComponent.
+	componentLabel = "app.kubernetes.io/component"
+	// NodeAgentComponent is the value of app.kubernetes.io/component of the
+	// node agent's objects and pods.
+	NodeAgentComponent = "node-agent"
 )
 
 // labels mark every installed object, so that people and tools can find
@@ -70,15 +85,47 @@ type Options struct {
 	Image string
 	// ImageRegistry holds vmop's images (a mirror, for air-gapped
 	// clusters); empty means version.Registry. The operator names its
-	// runner image from there too.
+	// runner image from there too, the node agent's image comes from there,
+	// and the agent trusts the runner images of its repository.
 	ImageRegistry string
+	// KubeletRootDir is the kubelet's --root-dir on the nodes, through
+	// whose pods/ the node agent reaches VM pods; empty means
+	// DefaultKubeletRootDir. It must be absolute and clean.
+	KubeletRootDir string
+	// NodeAgentOnly installs only the node agent: the namespace, the
+	// agent's ServiceAccount, ClusterRole(Binding) and DaemonSet. No CRD,
+	// operator or admission policy: for clusters where VMs are rendered
+	// (GitOps) and no operator runs.
+	NodeAgentOnly bool
+}
+
+// ValidateKubeletRootDir checks a kubelet root directory: an absolute,
+// clean path.
+func ValidateKubeletRootDir(dir string) error {
+	if !path.IsAbs(dir) || path.Clean(dir) != dir {
+		return fmt.Errorf("%q is not an absolute, clean path, such as %s", dir, DefaultKubeletRootDir)
+	}
+	return nil
+}
+
+// IsNodeAgent tells whether o is one of the node agent's objects.
+func IsNodeAgent(o *unstructured.Unstructured) bool {
+	return o.GetLabels()[componentLabel] == NodeAgentComponent
 }
 
 // Objects returns the objects to install, in the order to apply them: the
-// CRD first, the Deployment last (once everything it needs is there).
+// CRD first, then the namespace, RBAC and admission policy, the node
+// agent, the Deployment last (once everything it needs is there). With
+// opts.NodeAgentOnly, the namespace and the node agent only.
 func Objects(opts Options) ([]*unstructured.Unstructured, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
+	}
+	if opts.KubeletRootDir == "" {
+		opts.KubeletRootDir = DefaultKubeletRootDir
+	}
+	if err := ValidateKubeletRootDir(opts.KubeletRootDir); err != nil {
+		return nil, fmt.Errorf("kubelet root dir: %w", err)
 	}
 	if opts.Image == "" {
 		opts.Image = version.Image(opts.ImageRegistry, version.OperatorImage)
@@ -112,6 +159,15 @@ func Objects(opts Options) ([]*unstructured.Unstructured, error) {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		objs = append(objs, more...)
+	}
+	if opts.NodeAgentOnly {
+		var agent []*unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == "Namespace" || IsNodeAgent(o) {
+				agent = append(agent, o)
+			}
+		}
+		objs = agent
 	}
 	for _, o := range objs {
 		if err := place(o, opts); err != nil {
@@ -172,8 +228,51 @@ func place(o *unstructured.Unstructured, opts Options) error {
 				}
 			}
 		}, "spec", "template", "spec", "containers")
+	case "DaemonSet":
+		return placeNodeAgent(o, opts)
 	}
 	return nil
+}
+
+// kubeletPodsVolume is the node agent's volume of the kubelet's pods/.
+const kubeletPodsVolume = "kubelet-pods"
+
+// placeNodeAgent gives the node agent's DaemonSet its image, the
+// kubelet's root directory and the runner repository it trusts.
+func placeNodeAgent(o *unstructured.Unstructured, opts Options) error {
+	pods := path.Join(opts.KubeletRootDir, "pods")
+	err := forEach(o, func(c map[string]any) {
+		if c["name"] != NodeAgentName {
+			return
+		}
+		c["image"] = version.Image(opts.ImageRegistry, version.NodeImage)
+		args, _ := c["args"].([]any)
+		for i, a := range args {
+			s, _ := a.(string)
+			switch {
+			case strings.HasPrefix(s, "--kubelet-root-dir="):
+				args[i] = "--kubelet-root-dir=" + opts.KubeletRootDir
+			case strings.HasPrefix(s, "--runner-repository="):
+				args[i] = "--runner-repository=" + version.Repository(opts.ImageRegistry, version.RunnerImage)
+			}
+		}
+		mounts, _ := c["volumeMounts"].([]any)
+		for _, m := range mounts {
+			if m, ok := m.(map[string]any); ok && m["name"] == kubeletPodsVolume {
+				m["mountPath"] = pods
+			}
+		}
+	}, "spec", "template", "spec", "containers")
+	if err != nil {
+		return err
+	}
+	return forEach(o, func(v map[string]any) {
+		if v["name"] == kubeletPodsVolume {
+			if hp, ok := v["hostPath"].(map[string]any); ok {
+				hp["path"] = pods
+			}
+		}
+	}, "spec", "template", "spec", "volumes")
 }
 
 // forEach calls f with each object of the list at path, to change it in

@@ -6,8 +6,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/version"
@@ -36,12 +41,132 @@ func TestObjectsInApplyOrder(t *testing.T) {
 		"ClusterRole/vm-user",
 		"ValidatingAdmissionPolicy/vm-runner-own-vm",
 		"ValidatingAdmissionPolicyBinding/vm-runner-own-vm",
+		"ServiceAccount/vm-node",
+		"ClusterRole/vm-node",
+		"ClusterRoleBinding/vm-node",
+		"DaemonSet/vm-node",
 		"Deployment/vm-operator",
 	}, names(objs))
+	agent := 0
 	for _, o := range objs {
 		require.Equal(t, "vm-operator", o.GetLabels()["app.kubernetes.io/name"], o.GetName())
 		require.Equal(t, "vmop", o.GetLabels()["app.kubernetes.io/part-of"], o.GetName())
+		if install.IsNodeAgent(o) {
+			require.Equal(t, "node-agent", o.GetLabels()["app.kubernetes.io/component"])
+			require.Equal(t, install.NodeAgentName, o.GetName())
+			agent++
+		}
 	}
+	require.Equal(t, 4, agent, "the node agent's ServiceAccount, ClusterRole(Binding) and DaemonSet")
+}
+
+// TestNodeAgentOnly: the namespace and the node agent, no CRD, operator,
+// runner role or admission policy.
+func TestNodeAgentOnly(t *testing.T) {
+	objs, err := install.Objects(install.Options{NodeAgentOnly: true, Namespace: "agent"})
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"Namespace/agent",
+		"ServiceAccount/vm-node",
+		"ClusterRole/vm-node",
+		"ClusterRoleBinding/vm-node",
+		"DaemonSet/vm-node",
+	}, names(objs))
+	ds := daemonSet(t, objs)
+	require.Equal(t, "agent", ds.Namespace)
+	require.Equal(t, "privileged", objs[0].GetLabels()["pod-security.kubernetes.io/enforce"],
+		"Pod Security admits the privileged agent in its namespace")
+}
+
+// daemonSet is the node agent's DaemonSet of objs.
+func daemonSet(t *testing.T, objs []*unstructured.Unstructured) *appsv1.DaemonSet {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == "DaemonSet" {
+			var ds appsv1.DaemonSet
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, &ds, true))
+			return &ds
+		}
+	}
+	t.Fatal("no DaemonSet")
+	return nil
+}
+
+// TestNodeAgentDaemonSet pins the node agent's pod: privileged with the
+// host's PIDs, the kubelet's pods and device plugin directories, on every
+// node, for the kubelet root and the registry asked for.
+func TestNodeAgentDaemonSet(t *testing.T) {
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v1.2.3"
+
+	ds := daemonSet(t, must(install.Objects(install.Options{})))
+	require.Equal(t, install.NodeAgentName, ds.Name)
+	require.Equal(t, install.DefaultNamespace, ds.Namespace)
+	require.Equal(t, appsv1.RollingUpdateDaemonSetStrategyType, ds.Spec.UpdateStrategy.Type)
+	require.Equal(t, map[string]string{"app.kubernetes.io/name": "vm-node"}, ds.Spec.Selector.MatchLabels)
+	require.Equal(t, "node-agent", ds.Spec.Template.Labels["app.kubernetes.io/component"])
+	pod := ds.Spec.Template.Spec
+	require.Equal(t, install.NodeAgentName, pod.ServiceAccountName)
+	require.True(t, pod.HostPID)
+	require.False(t, pod.HostNetwork)
+	require.Equal(t, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, pod.Tolerations)
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	require.Equal(t, "ghcr.io/vmop/vm-node:v1.2.3", c.Image)
+	require.Equal(t, []string{
+		"--node-name=$(NODE_NAME)",
+		"--kubelet-root-dir=/var/lib/kubelet",
+		"--runner-repository=ghcr.io/vmop/vm-runner",
+	}, c.Args)
+	require.Equal(t, []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}, c.Env)
+	require.Equal(t, ptr.To(true), c.SecurityContext.Privileged)
+	require.Equal(t, corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}, c.Resources)
+	requireHostPaths(t, ds, "/var/lib/kubelet/pods")
+
+	// k0s' kubelet, from a mirror: only the pods' directory moves, the
+	// device plugins' is the kubelet's fixed one.
+	ds = daemonSet(t, must(install.Objects(install.Options{
+		KubeletRootDir: "/var/lib/k0s/kubelet",
+		ImageRegistry:  "mirror.example:5000/vmop/",
+		Image:          "other.example/op:1",
+	})))
+	c = ds.Spec.Template.Spec.Containers[0]
+	require.Equal(t, "mirror.example:5000/vmop/vm-node:v1.2.3", c.Image, "the operator's --image is not the agent's")
+	require.Equal(t, []string{
+		"--node-name=$(NODE_NAME)",
+		"--kubelet-root-dir=/var/lib/k0s/kubelet",
+		"--runner-repository=mirror.example:5000/vmop/vm-runner",
+	}, c.Args)
+	requireHostPaths(t, ds, "/var/lib/k0s/kubelet/pods")
+}
+
+// requireHostPaths: the DaemonSet mounts the kubelet's pods directory at
+// pods, as the host has it and seeing later mounts, and the device plugin
+// directory, and nothing else of the host.
+func requireHostPaths(t *testing.T, ds *appsv1.DaemonSet, pods string) {
+	t.Helper()
+	dir := corev1.HostPathDirectory
+	require.Equal(t, []corev1.Volume{
+		{Name: "kubelet-pods", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: pods, Type: &dir}}},
+		{Name: "device-plugins", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/kubelet/device-plugins", Type: &dir}}},
+	}, ds.Spec.Template.Spec.Volumes)
+	hostToContainer := corev1.MountPropagationHostToContainer
+	require.Equal(t, []corev1.VolumeMount{
+		{Name: "kubelet-pods", MountPath: pods, MountPropagation: &hostToContainer},
+		{Name: "device-plugins", MountPath: "/var/lib/kubelet/device-plugins"},
+	}, ds.Spec.Template.Spec.Containers[0].VolumeMounts)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // TestObjectsNamespaceAndImage: nothing of the default namespace is left
@@ -70,7 +195,7 @@ func TestObjectsNamespaceAndImage(t *testing.T) {
 			require.Equal(t, "registry.example.com/op:1", containers[0].(map[string]any)["image"])
 		}
 	}
-	require.Equal(t, 4, namespaced, "ServiceAccount, Role, RoleBinding, Deployment")
+	require.Equal(t, 6, namespaced, "ServiceAccounts vm-operator and vm-node, Role, RoleBinding, DaemonSet, Deployment")
 }
 
 // TestImages: the operator of this version by default, from a mirror with
@@ -111,6 +236,25 @@ func TestObjectsErrors(t *testing.T) {
 	require.ErrorContains(t, err, `namespace "Not_A_Namespace": `)
 	_, err = install.Objects(install.Options{Image: "a b"})
 	require.EqualError(t, err, `image "a b": must not contain spaces or control characters`)
+	for _, dir := range []string{"var/lib/kubelet", "/var/lib/kubelet/", "/var/lib/../lib/kubelet", "/var//lib/kubelet", "."} {
+		_, err = install.Objects(install.Options{KubeletRootDir: dir})
+		require.EqualError(t, err, fmt.Sprintf("kubelet root dir: %q is not an absolute, clean path, such as /var/lib/kubelet", dir))
+	}
+}
+
+// TestNodeAgentClusterRole pins the node agent's rights: it reads pods
+// and reports events, nothing more.
+func TestNodeAgentClusterRole(t *testing.T) {
+	role, err := install.NewClusterRole(install.NodeAgentName)
+	require.NoError(t, err)
+	var rules []string
+	for _, r := range role.Rules {
+		rules = append(rules, fmt.Sprint(r.APIGroups, r.Resources, r.Verbs, r.ResourceNames))
+	}
+	require.Equal(t, []string{
+		"[] [pods] [get list watch] []",
+		"[ events.k8s.io] [events] [create patch] []",
+	}, rules)
 }
 
 // TestRunnerClusterRole pins the runner's rights: write access to what it

@@ -24,6 +24,9 @@ const (
 	RunnerImage   = "vm-runner"
 	OperatorImage = "vm-operator"
 	FunctionImage = "kubectl-vm"
+	// NodeImage is vm-node's, the node agent that install runs on every
+	// node.
+	NodeImage = "vm-node"
 )
 
 // Get returns the version of this build: the one set at build time, else
@@ -59,11 +62,15 @@ func Image(registry, name string) string { return Ref(registry, name, ImageTag()
 
 // Ref is the reference of image name with tag in registry; an empty
 // registry means Registry.
-func Ref(registry, name, tag string) string {
+func Ref(registry, name, tag string) string { return Repository(registry, name) + ":" + tag }
+
+// Repository is the repository (no tag) of image name in registry, such
+// as "ghcr.io/vmop/vm-runner"; an empty registry means Registry.
+func Repository(registry, name string) string {
 	if registry == "" {
 		registry = Registry
 	}
-	return strings.TrimSuffix(registry, "/") + "/" + name + ":" + tag
+	return strings.TrimSuffix(registry, "/") + "/" + name
 }
 
 // ValidateRegistry checks a registry given to name vmop's images, such as

@@ -22,6 +22,11 @@ func TestImage(t *testing.T) {
 	}
 }
 
+func TestRepository(t *testing.T) {
+	require.Equal(t, "ghcr.io/vmop/vm-runner", version.Repository("", version.RunnerImage))
+	require.Equal(t, "registry.example:5000/mirror/vm-node", version.Repository("registry.example:5000/mirror/", version.NodeImage))
+}
+
 func TestValidateRegistry(t *testing.T) {
 	for _, ok := range []string{"ghcr.io/vmop", "registry.example:5000/mirror/vmop", "localhost:5000", "127.0.0.1:5000/vmop/"} {
 		require.NoError(t, version.ValidateRegistry(ok), ok)

@@ -1,5 +1,6 @@
-// Package install is "kubectl vm install": it puts the VirtualMachine CRD
-// and vm-operator into a cluster, or prints their manifests.
+// Package install is "kubectl vm install": it puts the VirtualMachine CRD,
+// vm-operator and the node agent vm-node into a cluster, or prints their
+// manifests.
 package install
 
 import (
@@ -27,17 +28,26 @@ const example = `  # Install the operator into vmop-system and wait until it run
   %[1]s install --dry-run > vmop-install.yaml
 
   # Install into another namespace with an image of your own
-  %[1]s install -n vmop --image registry.example.com/vm-operator:v1.0.0`
+  %[1]s install -n vmop --image registry.example.com/vm-operator:v1.0.0
+
+  # Only the node agent, on k0s, for VMs rendered into Git (no operator)
+  %[1]s install --node-agent-only --kubelet-root-dir /var/lib/k0s/kubelet --wait`
+
+// kubeletRootDirs are the kubelet's usual root directories: upstream's,
+// k0s', microk8s'.
+var kubeletRootDirs = []string{install.DefaultKubeletRootDir, "/var/lib/k0s/kubelet", "/var/snap/microk8s/common/var/lib/kubelet"}
 
 // Options are the options of the install command.
 type Options struct {
-	Namespace     string
-	Image         string
-	ImageRegistry string
-	DryRun        bool
-	Output        string
-	Wait          bool
-	Timeout       time.Duration
+	Namespace      string
+	Image          string
+	ImageRegistry  string
+	KubeletRootDir string
+	NodeAgentOnly  bool
+	DryRun         bool
+	Output         string
+	Wait           bool
+	Timeout        time.Duration
 
 	configFlags *genericclioptions.ConfigFlags
 	genericiooptions.IOStreams
@@ -49,17 +59,27 @@ func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 	o := &Options{configFlags: configFlags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "install",
-		Short: "Install the VirtualMachine CRD and vm-operator into the cluster",
-		Long: `Install the VirtualMachine CRD (vms.vmoperator.jdrupes.org) and vm-operator
-into the cluster, by server-side apply: running it again updates the
-installation and changes nothing else. It needs cluster-admin-like rights.
+		Short: "Install the VirtualMachine CRD, vm-operator and the node agent into the cluster",
+		Long: `Install the VirtualMachine CRD (vms.vmoperator.jdrupes.org), vm-operator and
+the node agent ` + install.NodeAgentName + ` into the cluster, by server-side apply: running it
+again updates the installation and changes nothing else. It needs
+cluster-admin-like rights.
 
 Installed, in this order: the CRD; the namespace (-n, default ` + install.DefaultNamespace + `);
 the operator's ServiceAccount, ClusterRole and ClusterRoleBinding and its
 leader-election Role and RoleBinding; the ClusterRole ` + install.RunnerClusterRole + ` that the
 operator binds for the VMs' runner pods; the admission policy
-vm-runner-own-vm that lets a runner change only its own VM; the
-Deployment ` + install.OperatorName + `.
+vm-runner-own-vm that lets a runner change only its own VM; the node
+agent's ServiceAccount, ClusterRole and ClusterRoleBinding and its
+DaemonSet ` + install.NodeAgentName + `; the Deployment ` + install.OperatorName + `.
+
+The node agent is vmop's one privileged part, on every node: it gives VM
+pods their devices (the resource devices.vmop.io/vm) and sets up their
+network, so that VM pods need no privilege. It reaches VM pods through the
+kubelet's pod directories: where the kubelet's --root-dir is not
+` + install.DefaultKubeletRootDir + `, give it with --kubelet-root-dir. With --node-agent-only
+only the namespace and the node agent are installed, for clusters whose
+VMs are rendered (GitOps) and where no operator runs.
 
 With --dry-run the manifests are printed instead and no cluster is
 contacted.`,
@@ -77,11 +97,15 @@ contacted.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.Image, "image", "", "image of the operator (default: "+version.Image("", version.OperatorImage)+", or from --image-registry)")
-	cmd.Flags().StringVar(&o.ImageRegistry, "image-registry", "", "registry and path that hold vmop's images, e.g. a mirror for an air-gapped cluster: the operator's image and the runner image it renders come from there (default "+version.Registry+")")
+	cmd.Flags().StringVar(&o.ImageRegistry, "image-registry", "", "registry and path that hold vmop's images, e.g. a mirror for an air-gapped cluster: the operator's and the node agent's images and the runner image the operator renders come from there, and the node agent serves pods of runner images from there (default "+version.Registry+")")
+	cmd.Flags().StringVar(&o.KubeletRootDir, "kubelet-root-dir", install.DefaultKubeletRootDir, "the kubelet's --root-dir on the nodes, e.g. /var/lib/k0s/kubelet for k0s, /var/snap/microk8s/common/var/lib/kubelet for microk8s: the node agent reaches VM pods through its pods/")
+	cmd.Flags().BoolVar(&o.NodeAgentOnly, "node-agent-only", false, "only the node agent (and its namespace), for clusters where VMs are rendered by GitOps and no operator runs")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the manifests instead of installing them")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format of --dry-run: "+strings.Join(manifest.Formats, " or ")+" (default "+manifest.FormatYAML+")")
-	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the operator's Deployment is available")
-	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "time limit of the whole installation, waits for the CRD and (--wait) the Deployment included")
+	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the operator's Deployment is available and the node agent is ready on every node it is scheduled to")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "time limit of the whole installation, waits for the CRD and (--wait) the Deployment and DaemonSet included")
+	// Paths on the nodes, not here: the usual ones, not local directories.
+	_ = cmd.RegisterFlagCompletionFunc("kubelet-root-dir", cobra.FixedCompletions(kubeletRootDirs, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(manifest.Formats, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
@@ -120,6 +144,12 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--image-registry: %w", err)
 		}
 	}
+	if err := install.ValidateKubeletRootDir(o.KubeletRootDir); err != nil {
+		return fmt.Errorf("--kubelet-root-dir: %w", err)
+	}
+	if o.NodeAgentOnly && o.Image != "" {
+		return errors.New("--image is the operator's, which --node-agent-only does not install")
+	}
 	if o.Output != "" {
 		if !o.DryRun {
 			return errors.New("--output applies only with --dry-run")
@@ -139,7 +169,13 @@ func (o *Options) Validate() error {
 
 // Run prints or applies the objects.
 func (o *Options) Run(ctx context.Context) error {
-	objs, err := install.Objects(install.Options{Namespace: o.Namespace, Image: o.Image, ImageRegistry: o.ImageRegistry})
+	objs, err := install.Objects(install.Options{
+		Namespace:      o.Namespace,
+		Image:          o.Image,
+		ImageRegistry:  o.ImageRegistry,
+		KubeletRootDir: o.KubeletRootDir,
+		NodeAgentOnly:  o.NodeAgentOnly,
+	})
 	if err != nil {
 		return err
 	}
@@ -172,8 +208,13 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := cluster.Apply(ctx, objs); err != nil {
 		return err
 	}
-	if o.Wait {
-		return cluster.WaitAvailable(ctx, o.Namespace)
+	if !o.Wait {
+		return nil
 	}
-	return nil
+	if !o.NodeAgentOnly {
+		if err := cluster.WaitAvailable(ctx, o.Namespace); err != nil {
+			return err
+		}
+	}
+	return cluster.WaitNodeAgent(ctx, o.Namespace)
 }

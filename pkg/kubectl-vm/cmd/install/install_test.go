@@ -63,14 +63,93 @@ func TestDryRun(t *testing.T) {
 	require.Empty(t, r.Stderr)
 	golden.Assert(t, filepath.Join("testdata", "install", "dry-run.yaml"), []byte(r.Stdout))
 	objs := docs(t, r.Stdout)
-	require.Len(t, objs, 12)
+	require.Len(t, objs, 16)
 	require.Equal(t, "CustomResourceDefinition", objs[0]["kind"])
-	require.Equal(t, "Deployment", objs[11]["kind"])
+	require.Equal(t, "DaemonSet", objs[14]["kind"])
+	require.Equal(t, "Deployment", objs[15]["kind"])
 
 	// -n moves everything; nothing else changes.
 	other := run(t, "install", "--dry-run", "--image", testImage, "-n", "vmop")
 	require.NoError(t, other.Err)
 	require.Equal(t, strings.ReplaceAll(r.Stdout, "vmop-system", "vmop"), other.Stdout)
+}
+
+// nodeAgent is the container of the node agent's DaemonSet in objs, and
+// the DaemonSet's volumes.
+func nodeAgent(t *testing.T, objs []map[string]any) (container map[string]any, volumes []any) {
+	t.Helper()
+	for _, o := range objs {
+		u := unstructured.Unstructured{Object: o}
+		if u.GetKind() == "DaemonSet" && u.GetName() == "vm-node" {
+			cs, _, _ := unstructured.NestedSlice(o, "spec", "template", "spec", "containers")
+			require.Len(t, cs, 1)
+			vs, _, _ := unstructured.NestedSlice(o, "spec", "template", "spec", "volumes")
+			return cs[0].(map[string]any), vs
+		}
+	}
+	t.Fatal("no DaemonSet vm-node")
+	return nil, nil
+}
+
+// TestDryRunNodeAgent: the node agent reaches the pods of a kubelet whose
+// root is elsewhere (k0s), and its image and the runner images it serves
+// come from the mirror.
+func TestDryRunNodeAgent(t *testing.T) {
+	r := run(t, "install", "--dry-run", "-o", "yaml", "--image", testImage,
+		"--kubelet-root-dir", "/var/lib/k0s/kubelet", "--image-registry", "mirror.example:5000/vmop")
+	require.NoError(t, r.Err)
+	c, volumes := nodeAgent(t, docs(t, r.Stdout))
+	require.Regexp(t, `^mirror.example:5000/vmop/vm-node:`, c["image"])
+	require.Equal(t, []any{
+		"--node-name=$(NODE_NAME)",
+		"--kubelet-root-dir=/var/lib/k0s/kubelet",
+		"--runner-repository=mirror.example:5000/vmop/vm-runner",
+	}, c["args"])
+	require.Equal(t, []any{
+		map[string]any{"name": "kubelet-pods", "mountPath": "/var/lib/k0s/kubelet/pods", "mountPropagation": "HostToContainer"},
+		map[string]any{"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
+	}, c["volumeMounts"])
+	require.Equal(t, []any{
+		map[string]any{"name": "kubelet-pods", "hostPath": map[string]any{"path": "/var/lib/k0s/kubelet/pods", "type": "Directory"}},
+		map[string]any{"name": "device-plugins", "hostPath": map[string]any{"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
+	}, volumes)
+	require.Equal(t, map[string]any{"privileged": true, "readOnlyRootFilesystem": true}, c["securityContext"])
+
+	// The default: the kubelet's usual root, ghcr.io.
+	r = run(t, "install", "--dry-run", "--image", testImage)
+	require.NoError(t, r.Err)
+	c, _ = nodeAgent(t, docs(t, r.Stdout))
+	require.Regexp(t, `^ghcr.io/vmop/vm-node:`, c["image"])
+	require.Contains(t, c["args"], "--kubelet-root-dir=/var/lib/kubelet")
+	require.Contains(t, c["args"], "--runner-repository=ghcr.io/vmop/vm-runner")
+}
+
+// TestDryRunNodeAgentOnly: the namespace and the node agent; nothing of
+// the operator, its CRD or the runners' RBAC and admission policy.
+func TestDryRunNodeAgentOnly(t *testing.T) {
+	r := run(t, "install", "--dry-run", "-o", "yaml", "--node-agent-only", "-n", "vmop-agent")
+	require.NoError(t, r.Err)
+	require.Empty(t, r.Stderr)
+	var got []string
+	for _, o := range docs(t, r.Stdout) {
+		u := unstructured.Unstructured{Object: o}
+		got = append(got, u.GetKind()+"/"+u.GetName())
+		if u.GetNamespace() != "" {
+			require.Equal(t, "vmop-agent", u.GetNamespace(), got[len(got)-1])
+		}
+	}
+	require.Equal(t, []string{
+		"Namespace/vmop-agent",
+		"ServiceAccount/vm-node",
+		"ClusterRole/vm-node",
+		"ClusterRoleBinding/vm-node",
+		"DaemonSet/vm-node",
+	}, got)
+	require.NotContains(t, r.Stdout, "kind: Deployment")
+	require.NotContains(t, r.Stdout, "kind: CustomResourceDefinition")
+	// Nothing names the operator but the label app.kubernetes.io/name of
+	// every installed object.
+	require.NotRegexp(t, `(?m)^\s*(- )?name: vm-operator$`, r.Stdout)
 }
 
 // TestDryRunJSON: a v1 List of the objects of the YAML golden file (no
@@ -104,6 +183,10 @@ func TestErrors(t *testing.T) {
 		{[]string{"--dry-run", "-n", "Not_A_Namespace"}, `--namespace "Not_A_Namespace": a lowercase RFC 1123 label must consist of`},
 		{[]string{"--dry-run", "--image-registry", "https://mirror.example"}, `--image-registry: "https://mirror.example" is not a registry with an optional path`},
 		{[]string{"--dry-run", "--image", "a b"}, `image "a b": must not contain spaces or control characters`},
+		{[]string{"--dry-run", "--kubelet-root-dir", "var/lib/kubelet"}, `--kubelet-root-dir: "var/lib/kubelet" is not an absolute, clean path, such as /var/lib/kubelet`},
+		{[]string{"--dry-run", "--kubelet-root-dir", "/var/lib/kubelet/"}, `--kubelet-root-dir: "/var/lib/kubelet/" is not an absolute, clean path, such as /var/lib/kubelet`},
+		{[]string{"--dry-run", "--kubelet-root-dir", ""}, `--kubelet-root-dir: "" is not an absolute, clean path, such as /var/lib/kubelet`},
+		{[]string{"--dry-run", "--node-agent-only", "--image", testImage}, "--image is the operator's, which --node-agent-only does not install"},
 		{[]string{"--timeout", "0s"}, "--timeout 0s: must be positive"},
 		{[]string{"vmop"}, `unknown command "vmop" for "kubectl vm install"`},
 	} {
@@ -131,6 +214,9 @@ func TestHelp(t *testing.T) {
 	require.Contains(t, r.Stdout, "Usage:\n  kubectl vm install [flags]")
 	require.Contains(t, r.Stdout, "kubectl vm install --dry-run > vmop-install.yaml")
 	require.Contains(t, r.Stdout, "ghcr.io/vmop/vm-operator:")
+	require.Contains(t, r.Stdout, "--kubelet-root-dir string")
+	require.Contains(t, r.Stdout, "/var/lib/k0s/kubelet for k0s, /var/snap/microk8s/common/var/lib/kubelet for microk8s")
+	require.Contains(t, r.Stdout, "--node-agent-only")
 }
 
 var applied = []string{
@@ -145,6 +231,10 @@ var applied = []string{
 	"clusterrole.rbac.authorization.k8s.io/vm-user",
 	"validatingadmissionpolicy.admissionregistration.k8s.io/vm-runner-own-vm",
 	"validatingadmissionpolicybinding.admissionregistration.k8s.io/vm-runner-own-vm",
+	"serviceaccount/vm-node",
+	"clusterrole.rbac.authorization.k8s.io/vm-node",
+	"clusterrolebinding.rbac.authorization.k8s.io/vm-node",
+	"daemonset.apps/vm-node",
 	"deployment.apps/vm-operator",
 }
 
@@ -206,7 +296,36 @@ func TestInstallOnAPIServer(t *testing.T) {
 	status := fmt.Sprintf(`{"status":{"observedGeneration":%d,"replicas":1,"updatedReplicas":1,"readyReplicas":1,"availableReplicas":1}}`, d.GetGeneration())
 	_, err = deployments.Patch(ctx, "vm-operator", types.MergePatchType, []byte(status), metav1.PatchOptions{}, "status")
 	require.NoError(t, err)
+
+	// Then the node agent: not counted by a DaemonSet controller yet,
+	// then ready on one node of two, then on both.
+	r = run(t, append(kubectl, "install", "--image", testImage, "--wait", "--timeout", "2s")...)
+	require.EqualError(t, r.Err, "daemonset.apps/vm-node is not ready yet (the DaemonSet controller has not counted its nodes), giving up (see --timeout)")
+	require.Equal(t, want.String()+"deployment.apps/vm-operator available\n", r.Stdout)
+	daemonSets := dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}).Namespace("vmop-system")
+	ds, err := daemonSets.Get(ctx, "vm-node", metav1.GetOptions{})
+	require.NoError(t, err)
+	dsStatus := func(available int) []byte {
+		return fmt.Appendf(nil, `{"status":{"observedGeneration":%d,"desiredNumberScheduled":2,"currentNumberScheduled":2,"numberMisscheduled":0,`+
+			`"updatedNumberScheduled":2,"numberReady":%[2]d,"numberAvailable":%[2]d}}`, ds.GetGeneration(), available)
+	}
+	_, err = daemonSets.Patch(ctx, "vm-node", types.MergePatchType, dsStatus(1), metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+	r = run(t, append(kubectl, "install", "--image", testImage, "--wait", "--timeout", "2s")...)
+	require.EqualError(t, r.Err, "daemonset.apps/vm-node is not ready on every node yet (1 of 2 nodes not ready), giving up (see --timeout)")
+	_, err = daemonSets.Patch(ctx, "vm-node", types.MergePatchType, dsStatus(2), metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
 	r = run(t, append(kubectl, "install", "--image", testImage, "--wait")...)
 	require.NoError(t, r.Err)
-	require.Equal(t, want.String()+"deployment.apps/vm-operator available\n", r.Stdout)
+	require.Equal(t, want.String()+"deployment.apps/vm-operator available\ndaemonset.apps/vm-node ready on 2 nodes\n", r.Stdout)
+
+	// The node agent alone waits for the DaemonSet alone.
+	r = run(t, append(kubectl, "install", "--node-agent-only", "--wait")...)
+	require.NoError(t, r.Err)
+	require.Equal(t, "namespace/vmop-system serverside-applied\n"+
+		"serviceaccount/vm-node serverside-applied\n"+
+		"clusterrole.rbac.authorization.k8s.io/vm-node serverside-applied\n"+
+		"clusterrolebinding.rbac.authorization.k8s.io/vm-node serverside-applied\n"+
+		"daemonset.apps/vm-node serverside-applied\n"+
+		"daemonset.apps/vm-node ready on 2 nodes\n", r.Stdout)
 }

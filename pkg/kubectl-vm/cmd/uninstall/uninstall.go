@@ -21,13 +21,17 @@ const example = `  # Remove the operator, keep the CRD and so every VirtualMachi
   %[1]s uninstall
 
   # Remove everything, VirtualMachines included (their disks stay)
-  %[1]s uninstall --delete-crd --yes`
+  %[1]s uninstall --delete-crd --yes
+
+  # Remove only the node agent
+  %[1]s uninstall --node-agent-only`
 
 // Options are the options of the uninstall command.
 type Options struct {
-	Namespace string
-	DeleteCRD bool
-	Yes       bool
+	Namespace     string
+	DeleteCRD     bool
+	Yes           bool
+	NodeAgentOnly bool
 
 	configFlags *genericclioptions.ConfigFlags
 	genericiooptions.IOStreams
@@ -39,12 +43,19 @@ func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 	o := &Options{configFlags: configFlags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "uninstall",
-		Short: "Remove vm-operator from the cluster",
+		Short: "Remove vm-operator and the node agent from the cluster",
 		Long: `Remove what "install" put into the cluster, in reverse order: the
-Deployment ` + install.OperatorName + `, the admission policy, the ClusterRoles, Roles
-and their bindings, and the namespace (-n, default ` + install.DefaultNamespace + `). Objects
-that are not there are skipped. What the operator made for VMs stays, e.g.
-the ServiceAccount and RoleBinding ` + install.RunnerRoleBinding + ` in each VM namespace.
+Deployment ` + install.OperatorName + `, the node agent's DaemonSet ` + install.NodeAgentName + `, the admission
+policy, the ClusterRoles, Roles and their bindings, the ServiceAccounts,
+and the namespace (-n, default ` + install.DefaultNamespace + `). Objects that are not there
+are skipped. What the operator made for VMs stays, e.g. the ServiceAccount
+and RoleBinding ` + install.RunnerRoleBinding + ` in each VM namespace.
+
+With --node-agent-only only what "install --node-agent-only" installs
+goes: the node agent's DaemonSet, ClusterRoleBinding, ClusterRole and
+ServiceAccount, and the namespace unless the operator's Deployment is in
+it. Running VMs keep running; VM pods that start afterwards wait for a
+node with the agent.
 
 The CRD stays, and with it every VirtualMachine, unless --delete-crd is
 given: that deletes every VirtualMachine in the cluster and, by owner
@@ -67,6 +78,7 @@ that holds any is kept.`,
 	}
 	cmd.Flags().BoolVar(&o.DeleteCRD, "delete-crd", false, "also delete the CRD, and so every VirtualMachine")
 	cmd.Flags().BoolVar(&o.Yes, "yes", false, "confirm --delete-crd")
+	cmd.Flags().BoolVar(&o.NodeAgentOnly, "node-agent-only", false, "remove only the node agent (and its namespace, unless the operator is there)")
 	return cmd
 }
 
@@ -81,6 +93,9 @@ func (o *Options) Validate() error {
 	if err := cmdinstall.ValidateNamespace(o.Namespace); err != nil {
 		return err
 	}
+	if o.NodeAgentOnly && o.DeleteCRD {
+		return errors.New("--delete-crd cannot be used with --node-agent-only: the CRD is not the node agent's")
+	}
 	if o.DeleteCRD && !o.Yes {
 		return errors.New("--delete-crd deletes every VirtualMachine in the cluster and, by owner references, their StatefulSets: add --yes to confirm")
 	}
@@ -89,7 +104,7 @@ func (o *Options) Validate() error {
 
 // Run deletes the installed objects.
 func (o *Options) Run(ctx context.Context) error {
-	objs, err := install.Objects(install.Options{Namespace: o.Namespace})
+	objs, err := install.Objects(install.Options{Namespace: o.Namespace, NodeAgentOnly: o.NodeAgentOnly})
 	if err != nil {
 		return err
 	}

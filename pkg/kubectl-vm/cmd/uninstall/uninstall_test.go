@@ -37,6 +37,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{[]string{"--delete-crd"}, "--delete-crd deletes every VirtualMachine in the cluster and, by owner references, their StatefulSets: add --yes to confirm"},
 		{[]string{"-n", "Not_A_Namespace"}, `--namespace "Not_A_Namespace": a lowercase RFC 1123 label must consist of`},
+		{[]string{"--node-agent-only", "--delete-crd", "--yes"}, "--delete-crd cannot be used with --node-agent-only: the CRD is not the node agent's"},
 		{[]string{"vmop"}, `unknown command "vmop" for "kubectl vm uninstall"`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -52,7 +53,15 @@ func TestHelp(t *testing.T) {
 	require.NoError(t, r.Err)
 	require.Contains(t, r.Stdout, "Usage:\n  kubectl vm uninstall [flags]")
 	require.Contains(t, r.Stdout, "PersistentVolumeClaims, the VMs' disks, are never deleted")
+	require.Contains(t, r.Stdout, "--node-agent-only")
 }
+
+// agentDeleted is what uninstall --node-agent-only says before the
+// namespace.
+const agentDeleted = "daemonset.apps/vm-node deleted\n" +
+	"clusterrolebinding.rbac.authorization.k8s.io/vm-node deleted\n" +
+	"clusterrole.rbac.authorization.k8s.io/vm-node deleted\n" +
+	"serviceaccount/vm-node deleted\n"
 
 var (
 	vmGVR  = schema.GroupVersionResource{Group: "vmoperator.jdrupes.org", Version: "v1", Resource: "vms"}
@@ -76,6 +85,16 @@ func TestUninstallOnAPIServer(t *testing.T) {
 
 	r := run(t, append(kubectl, "install")...)
 	require.NoError(t, r.Err)
+
+	// The node agent alone goes; its namespace stays, the operator is in it.
+	r = run(t, append(kubectl, "uninstall", "--node-agent-only")...)
+	require.NoError(t, r.Err)
+	require.Equal(t, agentDeleted+"namespace/vmop-system kept: it holds deployment.apps/vm-operator\n", r.Stdout)
+	_, err = cs.AppsV1().Deployments("vmop-system").Get(ctx, "vm-operator", metav1.GetOptions{})
+	require.NoError(t, err, "the operator stays")
+	r = run(t, append(kubectl, "install")...)
+	require.NoError(t, r.Err)
+
 	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	createPVC(t, cs, "vms")
@@ -150,6 +169,13 @@ func TestUninstallOnAPIServer(t *testing.T) {
 		_, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "disk-vm-a-0", metav1.GetOptions{})
 		require.NoError(t, err, "the VM disk in %s stays", ns)
 	}
+
+	// The node agent installed alone goes with its namespace.
+	r = run(t, append(kubectl, "install", "--node-agent-only", "-n", "vmop-agent")...)
+	require.NoError(t, r.Err)
+	r = run(t, append(kubectl, "uninstall", "--node-agent-only", "-n", "vmop-agent")...)
+	require.NoError(t, r.Err)
+	require.Equal(t, agentDeleted+"namespace/vmop-agent deleted\n", r.Stdout)
 }
 
 // createPVC creates a VM disk as a StatefulSet would.
