@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -53,6 +54,9 @@ func Fetch(o Options) (bool, error) {
 	}
 	start := time.Now()
 	n, err := copyFile(from, o.To)
+	if errors.Is(err, fs.ErrPermission) {
+		return false, fmt.Errorf("%w: the disk file must be readable by uid %d, the VM pod's user (KubeVirt's convention too: ADD --chown=107:107 in the image's Containerfile)", err, os.Getuid())
+	}
 	if err != nil {
 		return false, err
 	}
