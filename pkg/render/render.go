@@ -27,6 +27,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/cloudinit"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
 )
@@ -59,7 +60,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "14"
+const Version = "15"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -444,12 +445,12 @@ func (r *renderer) statefulSet(cloudInit *corev1.Secret, restartHash string) *ap
 		}
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: VolumeImportScratch, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
-	for _, n := range v.Networks {
-		if n.Tap != nil {
-			// A tap device joins a bridge of the host.
-			pod.HostNetwork = true
-			pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet
-		}
+	if hasTap(v) {
+		// A tap device joins a bridge of the host.
+		pod.HostNetwork = true
+		pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+	} else {
+		restrict(&pod)
 	}
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
@@ -486,9 +487,9 @@ func (r *renderer) container() corev1.Container {
 		// The runner's last log lines explain a crash in the pod's status,
 		// where the operator reports them.
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		// qemu needs /dev/kvm, tap devices and the raw disks; a pod
-		// network needs NET_ADMIN and /dev/net/tun in the pod's own
-		// network namespace, and writes its net.ipv4.ip_forward.
+		// Kept only with a tap NIC (restrict replaces it otherwise):
+		// qemu's setuid bridge helper joins the tap to a bridge of the
+		// host, which takes root and the host's network.
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 		// Ready while qemu runs the VM, so that a runner restarted after
 		// a failure counts as failing until its VM runs again, and the
@@ -527,6 +528,89 @@ func (r *renderer) container() corev1.Container {
 		c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *cpu, corev1.ResourceMemory: *mem}
 	}
 	return c
+}
+
+// hasTap tells whether a NIC of the VM is a tap device on a host bridge.
+func hasTap(v *v1.VMSpec) bool {
+	for _, n := range v.Networks {
+		if n.Tap != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// restrict makes pod, of a VM without a tap NIC, pass Pod Security
+// restricted: its containers run as nodeagent.RunnerUID, without any
+// capability. The runner requests the node agent's resource, which gives
+// it /dev/kvm and the network devices (a node without the agent takes no
+// such pod); it and the import ask the agent, through the socket in
+// nodeagent.Volume, to own their block devices and (the runner) to set up
+// the pod network.
+func restrict(pod *corev1.PodSpec) {
+	pod.SecurityContext = RestrictedPod()
+	pod.Volumes = append(pod.Volumes, NodeAgentVolume())
+	for _, cs := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
+		for i := range cs {
+			c := &cs[i]
+			c.SecurityContext = RestrictedContainer()
+			switch c.Name {
+			case ContainerRunner:
+				// A copy: spec.resources may be the user's.
+				c.Resources = *c.Resources.DeepCopy()
+				if c.Resources.Limits == nil {
+					c.Resources.Limits = corev1.ResourceList{}
+				}
+				// An extended resource is asked for by its limit; a
+				// request, when given, must equal it.
+				c.Resources.Limits[nodeagent.Resource] = resource.MustParse("1")
+				if _, ok := c.Resources.Requests[nodeagent.Resource]; ok {
+					c.Resources.Requests[nodeagent.Resource] = resource.MustParse("1")
+				}
+				AskNodeAgent(c)
+			case ContainerImport:
+				AskNodeAgent(c)
+			}
+		}
+	}
+}
+
+// RestrictedContainer is the security context of a container in a pod of
+// Pod Security level restricted (the pod's context sets the user).
+func RestrictedContainer() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+// RestrictedPod is the security context of a pod of Pod Security level
+// restricted whose containers run as vm-runner's user.
+func RestrictedPod() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot: ptr.To(true),
+		RunAsUser:    ptr.To[int64](nodeagent.RunnerUID),
+		RunAsGroup:   ptr.To[int64](nodeagent.RunnerUID),
+		// OnRootMismatch: runner data written by an older, root runner
+		// becomes the runner's on its next start, and only then.
+		FSGroup:             ptr.To[int64](nodeagent.RunnerUID),
+		FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+		SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// NodeAgentVolume is the emptyDir where a pod's containers offer the
+// node agent their socket.
+func NodeAgentVolume() corev1.Volume {
+	return corev1.Volume{Name: nodeagent.Volume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+}
+
+// AskNodeAgent gives c the node agent's socket directory (the pod's
+// nodeagent.Volume) and tells it the socket's path.
+func AskNodeAgent(c *corev1.Container) {
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: nodeagent.Volume, MountPath: nodeagent.Dir})
+	// path, not filepath: a path in the container, wherever render runs.
+	c.Env = append(c.Env, corev1.EnvVar{Name: nodeagent.EnvSocket, Value: path.Join(nodeagent.Dir, nodeagent.Socket)})
 }
 
 // importer is the init container that fills the disks that name a source

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
@@ -211,15 +212,29 @@ func unscheduled(pod *corev1.Pod) *corev1.PodCondition {
 	return nil
 }
 
+// nodeAgentNamespace is where kubectl vm install puts the node agent's
+// DaemonSet (install.DefaultNamespace, which this package does not link).
+const nodeAgentNamespace = "vmop-system"
+
 // unschedulable is the Failed condition of a pod that no node takes: the
 // scheduler's words, or what to create when the missing piece is one
-// vmop asks of the namespace, the image repository.
+// vmop asks of the namespace, the image repository, or of the cluster,
+// the node agent.
 func unschedulable(namespace, msg string) metav1.Condition {
 	if strings.Contains(msg, fmt.Sprintf(schedClaimNotFound, render.ImageRepositoryClaim)) {
 		return Condition(v1.ConditionFailed, true, v1.ReasonImageRepositoryMissing, fmt.Sprintf(
 			"The VM has a CD drive, so its pod mounts the namespace's image repository, the PersistentVolumeClaim %s, "+
 				"and namespace %s has none. Create it, even for an empty drive (media are inserted into a running VM from it): see %s",
 			render.ImageRepositoryClaim, namespace, DocsStorage))
+	}
+	// The scheduler names the resource a node lacks ("1 Insufficient
+	// devices.vmop.io/vm"): only the agent's device plugin offers it.
+	if strings.Contains(msg, nodeagent.Resource) {
+		return Condition(v1.ConditionFailed, true, v1.ReasonNodeAgentMissing, fmt.Sprintf(
+			"No node offers the VM's pod %s, the devices of vmop's node agent (the scheduler: %s). "+
+				"Install the node agent with kubectl vm install (kubectl vm install --node-agent-only where no operator runs, e.g. GitOps), "+
+				"and check that its DaemonSet vm-node in namespace %s is ready on the VM's node: kubectl get daemonset -n %[3]s vm-node",
+			nodeagent.Resource, strings.TrimSpace(msg), nodeAgentNamespace))
 	}
 	return Condition(v1.ConditionFailed, true, v1.ReasonUnschedulable, msg)
 }

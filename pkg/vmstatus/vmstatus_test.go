@@ -266,6 +266,36 @@ func TestImageRepositoryMissing(t *testing.T) {
 	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
 }
 
+// schedNoAgent is the scheduler's words (its form for a resource that no
+// node has) for a VM pod where no node runs the node agent.
+const schedNoAgent = `0/2 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, ` +
+	`1 Insufficient devices.vmop.io/vm. preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, ` +
+	`1 Preemption is not helpful for scheduling.`
+
+func TestNodeAgentMissing(t *testing.T) {
+	c, ok := failed(waitingPod(schedNoAgent))
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonNodeAgentMissing, c.Reason)
+	require.Equal(t, "No node offers the VM's pod devices.vmop.io/vm, the devices of vmop's node agent (the scheduler: "+schedNoAgent+"). "+
+		"Install the node agent with kubectl vm install (kubectl vm install --node-agent-only where no operator runs, e.g. GitOps), "+
+		"and check that its DaemonSet vm-node in namespace vmop-system is ready on the VM's node: kubectl get daemonset -n vmop-system vm-node", c.Message)
+	require.Nil(t, WaitingClaims(waitingPod(schedNoAgent)), "the scheduler waits for no claim")
+
+	// The claims' explanation, which replaces only the scheduler's
+	// words, keeps it.
+	conds := FromPod(waitingPod(schedNoAgent), true, "")
+	conds.ExplainClaims([]Claim{{PersistentVolumeClaim: corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "runner-data-test-vm-0"}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending},
+	}}})
+	require.Equal(t, v1.ReasonNodeAgentMissing, conds.Failed.Reason)
+
+	// Another resource that no node has is the scheduler's words.
+	c, ok = failed(waitingPod("0/1 nodes are available: 1 Insufficient cpu."))
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonUnschedulable, c.Reason)
+	require.Equal(t, "0/1 nodes are available: 1 Insufficient cpu.", c.Message)
+}
+
 func TestExplainClaims(t *testing.T) {
 	pod := waitingPod(schedUnbound)
 	require.Equal(t, []string{render.ImageRepositoryClaim, "runner-data-test-vm-0", "system-disk-test-vm-0"}, WaitingClaims(pod))

@@ -80,6 +80,10 @@ const (
 	// ReasonClaimPending: a claim of the pod that binds before scheduling
 	// finds no volume; the message names it and its class.
 	ReasonClaimPending = "ClaimPending"
+	// ReasonNodeAgentMissing: no node offers the pod the device resource
+	// of vmop's node agent (vm-node), which every VM pod without a tap
+	// NIC requests: the agent is not installed, or not ready.
+	ReasonNodeAgentMissing = "NodeAgentMissing"
 	// ReasonServiceAccountMissing: the pod names a ServiceAccount that
 	// does not exist (kubectl vm render --service-account in GitOps mode).
 	ReasonServiceAccountMissing = "ServiceAccountMissing"

@@ -579,6 +579,19 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		running: "Running=True Running: The runner pod runs on n1.",
 		ready:   metav1.ConditionFalse,
 		failed:  "Failed=True RunnerCrashLoop: The runner failed 3 times; last exit code 4: qemu ended.",
+	}, {
+		name: "no node agent",
+		pod: func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+				Message: "0/1 nodes are available: 1 Insufficient devices.vmop.io/vm."}}
+		},
+		running: "Running=False Starting: The runner pod is pending.",
+		ready:   metav1.ConditionFalse,
+		failed: "Failed=True NodeAgentMissing: No node offers the VM's pod devices.vmop.io/vm, the devices of vmop's node agent " +
+			"(the scheduler: 0/1 nodes are available: 1 Insufficient devices.vmop.io/vm.). Install the node agent with kubectl vm install " +
+			"(kubectl vm install --node-agent-only where no operator runs, e.g. GitOps), and check that its DaemonSet vm-node " +
+			"in namespace vmop-system is ready on the VM's node: kubectl get daemonset -n vmop-system vm-node",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -607,6 +620,9 @@ func TestReconcileStatusFromPod(t *testing.T) {
 			require.Equal(t, tc.ready, condition(t, st, v1.ConditionReady).Status)
 			require.Equal(t, tc.failed, conditions(st)[3])
 			require.Equal(t, metav1.ConditionFalse, condition(t, st, v1.ConditionRestartRequired).Status)
+			if failed := condition(t, st, v1.ConditionFailed); failed.Status == metav1.ConditionTrue {
+				require.Contains(t, f.recorded(), "Warning "+failed.Reason+" "+failed.Message, "a failure is an event on the VM")
+			}
 		})
 	}
 

@@ -80,6 +80,7 @@ var failureReasons = []string{
 	v1.ReasonCrashLoop, v1.ReasonQemuFailed, v1.ReasonUnschedulable, v1.ReasonImagePull,
 	v1.ReasonContainerCreate, v1.ReasonNetworkFailed, v1.ReasonMACConflict,
 	v1.ReasonImageRepositoryMissing, v1.ReasonNoDefaultStorageClass, v1.ReasonClaimPending, v1.ReasonServiceAccountMissing,
+	v1.ReasonNodeAgentMissing,
 }
 
 // conditionTypes are the conditions whose transition times are exported:

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmstatus"
@@ -341,6 +342,8 @@ func TestFixedSetsCoverVMStatus(t *testing.T) {
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: runnerconfig.ExitQemuRefused}}}}
 	unschedulable := running(corev1.PodPending)
 	unschedulable.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+	noAgent := unschedulable.DeepCopy()
+	noAgent.Status.Conditions[0].Message = "0/1 nodes are available: 1 Insufficient " + nodeagent.Resource + "."
 
 	cases := []struct {
 		pod  *corev1.Pod
@@ -349,7 +352,7 @@ func TestFixedSetsCoverVMStatus(t *testing.T) {
 		{nil, false}, {nil, true}, {running(corev1.PodRunning), true}, {running(corev1.PodPending), true},
 		{running(corev1.PodPending), false}, {deleting, true},
 		{waiting("ErrImagePull"), true}, {waiting("CreateContainerError"), true}, {waiting("CrashLoopBackOff"), true},
-		{refused, true}, {unschedulable, true},
+		{refused, true}, {unschedulable, true}, {noAgent, true},
 	}
 	seenStates, seenReasons := map[string]bool{}, map[string]bool{}
 	for _, tc := range cases {
@@ -359,5 +362,5 @@ func TestFixedSetsCoverVMStatus(t *testing.T) {
 		seenStates[c.Running.Reason], seenReasons[c.Failed.Reason] = true, true
 	}
 	require.Len(t, seenStates, len(states)-1, "every state but Unknown occurs")
-	require.Len(t, seenReasons, 6, "NoFailure and the five pod failures occur")
+	require.Len(t, seenReasons, 7, "NoFailure and the six pod failures occur")
 }

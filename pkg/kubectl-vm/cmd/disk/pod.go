@@ -50,9 +50,11 @@ var RecordDir = runnerconfig.ImportRecords(runnerconfig.DataDir)
 // to a node), with the disk (a block device, or a Filesystem claim
 // mounted), the VM's runner data for the records and scratch space for
 // the staged image. It runs "vm-runner disk wait" until it is deleted;
-// the receiver runs in it through pods/exec. It needs no privilege: a
-// volumeDevice is open to the container, and it does not talk to the API
-// server.
+// the receiver runs in it through pods/exec. It passes Pod Security
+// restricted, as the runner's user, as a VM's pod does: disk wait asks
+// the node agent to give that user the block device. It needs none of
+// the agent's devices, so it asks for no resource, and it does not talk
+// to the API server.
 func uploaderPod(t *target) (*corev1.Pod, error) {
 	tmpl := &t.sts.Spec.Template.Spec
 	var runner *corev1.Container
@@ -81,8 +83,9 @@ func uploaderPod(t *target) (*corev1.Pod, error) {
 			{Name: render.VolumeRunnerData, MountPath: runnerconfig.DataDir},
 			{Name: volumeScratch, MountPath: runnerconfig.ImportScratchDir},
 		},
-		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
+		SecurityContext: render.RestrictedContainer(),
 	}
+	render.AskNodeAgent(&c)
 	if t.claimSize > 0 {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volumeDisk, MountPath: path.Dir(FilePath)})
 	} else {
@@ -97,6 +100,7 @@ func uploaderPod(t *target) (*corev1.Pod, error) {
 			NodeSelector:                 tmpl.NodeSelector,
 			Affinity:                     tmpl.Affinity,
 			Tolerations:                  tmpl.Tolerations,
+			SecurityContext:              render.RestrictedPod(),
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
 			// disk wait ends at once on SIGTERM.
@@ -112,6 +116,7 @@ func uploaderPod(t *target) (*corev1.Pod, error) {
 				// Staging on the node's disk: neither memory nor the
 				// container's root file system holds an image.
 				{Name: volumeScratch, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				render.NodeAgentVolume(),
 			},
 		},
 	}, nil

@@ -7,10 +7,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	psapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/test/harness/golden"
 )
@@ -88,6 +91,18 @@ func TestUploaderPod(t *testing.T) {
 	require.Equal(t, tmpl.Affinity, pod.Spec.Affinity)
 	require.Equal(t, "root-disk-web-0", pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
 	require.Equal(t, "runner-data-web-0", pod.Spec.Volumes[1].PersistentVolumeClaim.ClaimName)
+
+	// As a VM's pod, it passes Pod Security restricted, and it asks the
+	// node agent for the block device; but not for the agent's devices.
+	ev, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	require.NoError(t, err)
+	for _, r := range ev.EvaluatePod(psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec) {
+		require.True(t, r.Allowed, "%s: %s", r.ForbiddenReason, r.ForbiddenDetail)
+	}
+	c := pod.Spec.Containers[0]
+	require.Contains(t, c.Env, corev1.EnvVar{Name: nodeagent.EnvSocket, Value: nodeagent.Dir + "/" + nodeagent.Socket})
+	require.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: nodeagent.Volume, MountPath: nodeagent.Dir})
+	require.Empty(t, c.Resources)
 
 	require.Equal(t, []string{"vm-runner", "disk", "receive", "--disk", "root-disk", "--device", DevicePath,
 		"--records", "/var/local/vm-data/disk-imports", "--scratch", "/var/local/vmop-import", "--size", "1234", "--name", "root.qcow2", "--force"},

@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/test/harness/gitopsvm"
 )
@@ -43,4 +44,25 @@ func TestGitOpsClaims(t *testing.T) {
 	require.Contains(t, msg, "Claim "+render.ImageRepositoryClaim+" names no StorageClass")
 	require.NoError(t, o.printTable(views))
 	require.Contains(t, out.String(), v1.ReasonNoDefaultStorageClass)
+}
+
+// TestGitOpsNodeAgentMissing: a VM pod that no node takes for want of the
+// node agent's devices shows NodeAgentMissing, as in operator mode.
+func TestGitOpsNodeAgentMissing(t *testing.T) {
+	objs := gitopsvm.Example(t)
+	sts := objs.StatefulSet
+	pod := gitopsvm.UnscheduledPod(sts, "0/1 nodes are available: 1 Insufficient "+nodeagent.Resource+".")
+	var out bytes.Buffer
+	o := &Options{
+		client:    &vmclient.Client{Kube: fake.NewClientset(pod, objs.ConfigMap), Namespace: sts.Namespace},
+		IOStreams: genericiooptions.IOStreams{Out: &out},
+		now:       func() time.Time { return time.Unix(0, 0) },
+	}
+	vm := &vmclient.VM{Namespace: sts.Namespace, Name: sts.Name, Mode: vmclient.ModeGitOps, StatefulSet: sts}
+	views, err := o.views(t.Context(), []*vmclient.VM{vm})
+	require.NoError(t, err)
+	phase, _ := views[0].Phase()
+	require.Equal(t, v1.ReasonNodeAgentMissing, phase)
+	require.NoError(t, o.printTable(views))
+	require.Contains(t, out.String(), v1.ReasonNodeAgentMissing)
 }

@@ -53,6 +53,12 @@ func TestGitOpsPrerequisites(t *testing.T) {
 	require.Equal(t, v1.ReasonImageRepositoryMissing, phase)
 	require.Contains(t, msg, "namespace vmop-demo has none")
 
+	// No node runs the node agent, whose devices the pod requests.
+	phase, msg = load(gitopsvm.UnscheduledPod(vm.StatefulSet, `0/1 nodes are available: 1 Insufficient devices.vmop.io/vm. `+
+		`preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.`))
+	require.Equal(t, v1.ReasonNodeAgentMissing, phase)
+	require.Contains(t, msg, "kubectl vm install --node-agent-only")
+
 	// It exists now, but no class is the default: the claims wait.
 	unbound := gitopsvm.UnscheduledPod(vm.StatefulSet, `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found`)
 	pending := func(name string, class *string) *corev1.PersistentVolumeClaim {

@@ -62,8 +62,8 @@ that vm-operator and the runner write.
 Without a VirtualMachine (GitOps mode) the spec is the VM's ConfigMap and
 StatefulSet, and only the pod (and the claims it waits for) tells what the
 VM does, with the reasons vm-operator would give (e.g. ImageRepositoryMissing,
-NoDefaultStorageClass): there are no conditions, and CPUs and RAM in use
-are not reported.`,
+NoDefaultStorageClass, NodeAgentMissing): there are no conditions, and CPUs
+and RAM in use are not reported.`,
 		Example:           fmt.Sprintf(example, name),
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completion.VMName(configFlags),
