@@ -202,7 +202,7 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 		interval := pollStarting
 		t := time.NewTimer(0)
 		defer t.Stop()
-		var served uint64 // the inode of the socket last served
+		var served fileID // the socket last served
 		for {
 			select {
 			case <-ctx.Done():
@@ -217,18 +217,18 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 			}
 			t.Reset(interval)
 			var st unix.Stat_t
-			if err := unix.Stat(filepath.Join(dir, nodeagent.Socket), &st); err != nil || st.Ino == served {
+			if err := unix.Stat(filepath.Join(dir, nodeagent.Socket), &st); err != nil || statID(&st) == served {
 				continue
 			}
-			served = st.Ino
-			a.serve(ctx, ns, name, uid, dir)
+			served = statID(&st)
+			a.serve(ctx, ns, name, uid, dir, served)
 		}
 	}()
 	return p
 }
 
 // serve connects to a pod's socket and answers its container.
-func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir string) {
+func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir string, sock fileID) {
 	log := a.o.Log.With("pod", ns+"/"+name)
 	pod, err := a.pods.Pods(ns).Get(name)
 	if err != nil || pod.UID != uid {
@@ -245,7 +245,7 @@ func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir s
 		log.Warn("Cannot tell who offers the pod's socket", "err", err)
 		return
 	}
-	h := &handler{a: a, pod: pod, pid: pid, uid: uidPeer, log: log}
+	h := &handler{a: a, pod: pod, pid: pid, uid: uidPeer, sock: sock, log: log}
 	var refused error
 	err = nodeagent.Answer(c, func(req nodeagent.Request) nodeagent.Response {
 		resp, err := h.handle(ctx, req)

@@ -98,35 +98,53 @@ func TestTrustPod(t *testing.T) {
 	}
 }
 
-// fakeProc makes a process pid under a.o.Proc with a cgroup file and a
-// network namespace link.
-func fakeProc(t *testing.T, a *Agent, pid int, cgroup, netns string) {
+// fakeProc makes a process pid under a.o.Proc with a network namespace
+// link and a root directory, and returns the root.
+func fakeProc(t *testing.T, a *Agent, pid int, netns string) string {
 	dir := a.procPath(pid)
+	root := filepath.Join(dir, "root")
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ns"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, nodeagent.Dir), 0o755))
 	require.NoError(t, os.Symlink(netns, filepath.Join(dir, "ns", "net")))
+	return root
+}
+
+// socketIn makes the pod's socket (a stand-in file) in a fake process's
+// root and returns its identity.
+func socketIn(t *testing.T, root string) fileID {
+	p := filepath.Join(root, nodeagent.Dir, nodeagent.Socket)
+	require.NoError(t, os.WriteFile(p, nil, 0o600))
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(p, &st))
+	return statID(&st)
 }
 
 func TestTrustPeer(t *testing.T) {
 	a := newAgent(t)
 	pod := vmPod()
-	fakeProc(t, a, 1, "0::/init.scope\n", "net:[4026531840]")
-	fakeProc(t, a, 100, "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0b0e8f4e_1c9a_4b53_9d3a_6f0c2f1d2e3a.slice/cri-containerd-ab.scope\n", "net:[4026532999]")
-	fakeProc(t, a, 101, "0::/kubepods/besteffort/pod0b0e8f4e-1c9a-4b53-9d3a-6f0c2f1d2e3a/ab\n", "net:[4026532999]")
-	fakeProc(t, a, 200, "0::/kubepods/besteffort/podffffffff-1c9a-4b53-9d3a-6f0c2f1d2e3a/cd\n", "net:[4026533000]")
-	fakeProc(t, a, 300, "0::/kubepods/besteffort/pod0b0e8f4e-1c9a-4b53-9d3a-6f0c2f1d2e3a/ef\n", "net:[4026531840]")
-	require.NoError(t, a.trustPeer(pod, 100, nodeagent.RunnerUID), "systemd's cgroup names")
-	require.NoError(t, a.trustPeer(pod, 101, nodeagent.RunnerUID), "cgroupfs names")
+	fakeProc(t, a, 1, "net:[4026531840]")
+	sock := socketIn(t, fakeProc(t, a, 100, "net:[4026532999]"))
+	other := socketIn(t, fakeProc(t, a, 200, "net:[4026533000]"))
+	require.NotEqual(t, sock, other)
+	link := fakeProc(t, a, 201, "net:[4026533001]")
+	require.NoError(t, os.Symlink(filepath.Join(a.procPath(100), "root", nodeagent.Dir, nodeagent.Socket), filepath.Join(link, nodeagent.Dir, nodeagent.Socket)))
+	host := fakeProc(t, a, 300, "net:[4026531840]")
+	require.NoError(t, os.Link(filepath.Join(a.procPath(100), "root", nodeagent.Dir, nodeagent.Socket), filepath.Join(host, nodeagent.Dir, nodeagent.Socket)))
+	fakeProc(t, a, 400, "net:[4026533002]")
+
+	require.NoError(t, a.trustPeer(pod, 100, nodeagent.RunnerUID, sock))
 	for _, tc := range []struct {
 		pid, uid int
 		want     string
 	}{
 		{100, 0, "runs as uid 0, not the runner's 107"},
-		{200, nodeagent.RunnerUID, "the asking process 200 is not in pod ns/vm-0"},
+		{200, nodeagent.RunnerUID, "the asking process 200 is not in pod ns/vm-0: it does not have the pod's socket at /run/vmop-node"},
+		{201, nodeagent.RunnerUID, "the asking process 201 is not in pod ns/vm-0"},
+		{400, nodeagent.RunnerUID, "the asking process 400 is not in pod ns/vm-0"},
 		{300, nodeagent.RunnerUID, "the asking process 300 is in the node's network namespace"},
 	} {
-		err := a.trustPeer(pod, tc.pid, tc.uid)
-		require.ErrorIs(t, err, errRefused)
+		err := a.trustPeer(pod, tc.pid, tc.uid, sock)
+		require.ErrorIs(t, err, errRefused, "pid %d", tc.pid)
 		require.ErrorContains(t, err, tc.want)
 	}
 }

@@ -18,11 +18,12 @@ import (
 
 // handler answers one container of a pod.
 type handler struct {
-	a   *Agent
-	pod *corev1.Pod
-	pid int // the asking process, in the host's PID namespace
-	uid int
-	log *slog.Logger
+	a    *Agent
+	pod  *corev1.Pod
+	pid  int // the asking process, in the host's PID namespace
+	uid  int
+	sock fileID // the socket it offered
+	log  *slog.Logger
 }
 
 // agentDevices are the devices of the agent's device plugin, as a
@@ -33,7 +34,7 @@ func (h *handler) handle(_ context.Context, req nodeagent.Request) (nodeagent.Re
 	if err := h.a.trustPod(h.pod); err != nil {
 		return nodeagent.Response{}, err
 	}
-	if err := h.a.trustPeer(h.pod, h.pid, h.uid); err != nil {
+	if err := h.a.trustPeer(h.pod, h.pid, h.uid, h.sock); err != nil {
 		return nodeagent.Response{}, err
 	}
 	if err := h.ownDevices(); err != nil {

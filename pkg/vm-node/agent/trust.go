@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vmop/vmop/pkg/nodeagent"
@@ -84,21 +86,29 @@ func mounts(c corev1.Container, volume string) bool {
 	return false
 }
 
-// trustPeer says whether process pid, which offered the socket as uid,
-// is a container of pod running as the runner's user, in its own network
-// namespace.
-func (a *Agent) trustPeer(pod *corev1.Pod, pid, uid int) error {
+// fileID identifies a file: the socket an agent connected to.
+type fileID struct{ dev, ino uint64 }
+
+func statID(st *unix.Stat_t) fileID { return fileID{uint64(st.Dev), st.Ino} } //nolint:unconvert // Dev is uint32 on some platforms
+
+// trustPeer says whether process pid, which offered the socket sock as
+// uid, is a container of the pod running as the runner's user in its own
+// network namespace. That it is the pod's: it sees sock, in the pod's
+// emptyDir, at the path where the pod's containers mount it, and only
+// that pod's containers mount that emptyDir. (Cgroup paths need not name
+// the pod: that depends on the kubelet's cgroup driver.)
+func (a *Agent) trustPeer(pod *corev1.Pod, pid, uid int, sock fileID) error {
 	if uid != nodeagent.RunnerUID {
 		return refuse("the process that asks runs as uid %d, not the runner's %d", uid, nodeagent.RunnerUID)
 	}
-	cg, err := a.readProc(pid, "cgroup")
+	root, err := unix.Open(a.procPath(pid, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("the asking process %d: %w", pid, err)
+		return fmt.Errorf("the root of the asking process %d: %w", pid, err)
 	}
-	// The kubelet names a pod's cgroup after its UID, with - or _.
-	id := string(pod.UID)
-	if !strings.Contains(cg, id) && !strings.Contains(cg, strings.ReplaceAll(id, "-", "_")) {
-		return refuse("the asking process %d is not in pod %s/%s", pid, pod.Namespace, pod.Name)
+	defer unix.Close(root)
+	seen, err := statIn(root, filepath.Join(nodeagent.Dir, nodeagent.Socket))
+	if err != nil || seen != sock {
+		return refuse("the asking process %d is not in pod %s/%s: it does not have the pod's socket at %s", pid, pod.Namespace, pod.Name, nodeagent.Dir)
 	}
 	own, err := a.netns(pid)
 	if err != nil {
@@ -112,6 +122,23 @@ func (a *Agent) trustPeer(pod *corev1.Pod, pid, uid int) error {
 		return refuse("the asking process %d is in the node's network namespace", pid)
 	}
 	return nil
+}
+
+// statIn identifies the file at path inside root, following no link.
+func statIn(root int, path string) (fileID, error) {
+	fd, err := unix.Openat2(root, strings.TrimPrefix(path, "/"), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return fileID{}, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fileID{}, err
+	}
+	return statID(&st), nil
 }
 
 // netns names the network namespace of a process.
