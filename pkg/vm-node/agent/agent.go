@@ -202,7 +202,7 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 		interval := pollStarting
 		t := time.NewTimer(0)
 		defer t.Stop()
-		var served uint64 // the inode of the socket last served
+		var served socketID // the socket last served, until it is gone
 		for {
 			select {
 			case <-ctx.Done():
@@ -217,14 +217,32 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 			}
 			t.Reset(interval)
 			var st unix.Stat_t
-			if err := unix.Stat(filepath.Join(dir, nodeagent.Socket), &st); err != nil || st.Ino == served {
+			if err := unix.Stat(filepath.Join(dir, nodeagent.Socket), &st); err != nil {
+				// Gone (Ask removes it once answered): the next is new.
+				served = socketID{}
 				continue
 			}
-			served = st.Ino
-			a.serve(ctx, ns, name, uid, dir)
+			if id := idOf(&st); id != served {
+				served = id
+				a.serve(ctx, ns, name, uid, dir)
+			}
 		}
 	}()
 	return p
+}
+
+// socketID tells a socket file from the one before it at the same path:
+// a filesystem may give a new file the inode of one just removed (ext4
+// does, at once), so that a pod's second ask, e.g. its runner's after its
+// import container's, would look like the first one, served already. The
+// change time of a new file is another.
+type socketID struct {
+	ino   uint64
+	ctime unix.Timespec
+}
+
+func idOf(st *unix.Stat_t) socketID {
+	return socketID{ino: st.Ino, ctime: st.Ctim}
 }
 
 // serve connects to a pod's socket and answers its container.

@@ -384,3 +384,15 @@ func TestRunStopsPollers(t *testing.T) {
 		})
 	}
 }
+
+// TestRunAnswersEachAsk asks again and again for one pod, as its
+// containers do one after another (the import init container, then the
+// runner) in the same directory: each ask is answered, though a new
+// socket may have the inode of the one before (on ext4 it does).
+func TestRunAnswersEachAsk(t *testing.T) {
+	r := runAgent(t)
+	_, socket := r.addPod(t, "vm-0", node, nil)
+	for i := range 4 {
+		require.EqualError(t, ask(t, socket, answerWithin), refusal(), "ask %d", i+1)
+	}
+}
