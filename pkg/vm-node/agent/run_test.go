@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -118,6 +119,7 @@ type running struct {
 	// through a descriptor of the directory, which these tests check).
 	links string
 	pods  int // made by podDir
+	log   syncbuffer.Buffer
 }
 
 // runAgent runs an agent for node in a fake cluster until t ends, and
@@ -133,11 +135,10 @@ func runAgent(t *testing.T) *running {
 	t.Cleanup(func() { os.RemoveAll(links) })
 	r.links = links
 	require.NoError(t, os.Mkdir(filepath.Join(r.root, "pods"), 0o755))
-	var log syncbuffer.Buffer
 	r.a, err = New(Options{
 		Client: r.cs, NodeName: node, KubeletRootDir: r.root,
 		RunnerRepositories: []string{runnerRepo},
-		Log:                slog.New(slog.NewTextHandler(&log, nil)),
+		Log:                slog.New(slog.NewTextHandler(&r.log, nil)),
 		// Empty: the agent refuses the test's process before it looks at
 		// any process.
 		Proc: t.TempDir(),
@@ -161,7 +162,7 @@ func runAgent(t *testing.T) *running {
 			return ""
 		})
 		if t.Failed() {
-			t.Logf("the agent's log:\n%s", log.String())
+			t.Logf("the agent's log:\n%s", r.log.String())
 		}
 	})
 	return r
@@ -395,4 +396,34 @@ func TestRunAnswersEachAsk(t *testing.T) {
 	for i := range 4 {
 		require.EqualError(t, ask(t, socket, answerWithin), refusal(), "ask %d", i+1)
 	}
+}
+
+// TestRunFollowsNoLink has a pod's socket be a link to a socket of the
+// node (as /proc/1/root/run/containerd/containerd.sock would be, which
+// the agent reaches in the host's PID namespace): the agent connects to
+// a socket in the pod's directory only, never to one a pod names.
+func TestRunFollowsNoLink(t *testing.T) {
+	r := runAgent(t)
+	p, socket := r.podDir(t, "vm-0", node, nil)
+	host := filepath.Join(r.links, "host.sock")
+	l, err := net.Listen("unix", host)
+	require.NoError(t, err)
+	defer l.Close()
+	connected := make(chan struct{}, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			c.Close()
+			connected <- struct{}{}
+		}
+	}()
+	require.NoError(t, os.Symlink(host, socket))
+	r.create(t, p)
+	select {
+	case <-connected:
+		t.Fatal("the agent connected to the socket a link in the pod's directory names")
+	case <-time.After(unanswered):
+	}
+	require.Contains(t, r.log.String(), "agent.sock is not a socket")
+	// A socket in the link's place is answered.
+	require.EqualError(t, ask(t, socket, answerWithin), refusal())
 }
