@@ -202,7 +202,7 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 		interval := pollStarting
 		t := time.NewTimer(0)
 		defer t.Stop()
-		var served fileID // the socket last served
+		var served fileID // the socket last served, until it is gone
 		for {
 			select {
 			case <-ctx.Done():
@@ -217,11 +217,15 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 			}
 			t.Reset(interval)
 			var st unix.Stat_t
-			if err := unix.Stat(filepath.Join(dir, nodeagent.Socket), &st); err != nil || statID(&st) == served {
+			if err := unix.Lstat(filepath.Join(dir, nodeagent.Socket), &st); err != nil {
+				// Gone (Ask removes it once answered): the next is new.
+				served = fileID{}
 				continue
 			}
-			served = statID(&st)
-			a.serve(ctx, ns, name, uid, dir, served)
+			if id := statID(&st); id != served {
+				served = id
+				a.serve(ctx, ns, name, uid, dir, id)
+			}
 		}
 	}()
 	return p
@@ -268,16 +272,30 @@ func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir s
 	}
 }
 
-// dialIn connects to socket name in dir through a descriptor of dir: the
-// path of a kubelet's pod directory may be longer than a socket address.
+// dialIn connects to the socket name in dir through descriptors: the
+// path of a kubelet's pod directory may be longer than a socket address,
+// and the pod owns dir, so name may be a link to a socket elsewhere (one
+// of the node's, through /proc/1/root), which connect would follow.
 func dialIn(dir, name string) (net.Conn, error) {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", name)
+	}
 	d := net.Dialer{Timeout: 5 * time.Second}
-	return d.Dial("unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, name))
+	return d.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
 // peer is the pid (in the agent's, the host's, PID namespace) and the

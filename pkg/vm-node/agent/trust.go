@@ -85,10 +85,19 @@ func mounts(c corev1.Container, volume string) bool {
 	return false
 }
 
-// fileID identifies a file: the socket an agent connected to.
-type fileID struct{ dev, ino uint64 }
+// fileID tells a file from another, also from the one before it at the
+// same path: a filesystem may give a new file the inode of one just
+// removed (ext4 does, at once), so that a pod's second ask, e.g. its
+// runner's after its import container's, would look like the first one,
+// served already. The change time of a new file differs.
+type fileID struct {
+	dev, ino uint64
+	ctime    unix.Timespec
+}
 
-func statID(st *unix.Stat_t) fileID { return fileID{uint64(st.Dev), st.Ino} } //nolint:unconvert // Dev is uint32 on some platforms
+func statID(st *unix.Stat_t) fileID {
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim} //nolint:unconvert // Dev is not uint64 everywhere
+}
 
 // trustPeer says whether process pid, which offered the socket sock as
 // uid, is a container of the pod running as the runner's user. That it is
