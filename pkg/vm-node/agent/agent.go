@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -328,10 +327,4 @@ func peer(c net.Conn) (pid, uid int, err error) {
 // procPath is a path under the host's /proc.
 func (a *Agent) procPath(pid int, rest ...string) string {
 	return filepath.Join(append([]string{a.o.Proc, fmt.Sprint(pid)}, rest...)...)
-}
-
-// readProc reads a file of a process.
-func (a *Agent) readProc(pid int, rest ...string) (string, error) {
-	b, err := os.ReadFile(a.procPath(pid, rest...))
-	return string(b), err
 }
