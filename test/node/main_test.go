@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,7 +207,14 @@ func consoleLog(ctx context.Context, ns, vm string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := serialconsole.ReadHistory(fmt.Sprintf("/proc/%d/root/tmp/vmrunner-0/%s", pid, vm))
+	// The runner's runtime directory is named after its uid: 107, or 0
+	// in the privileged pod of a VM with a tap NIC.
+	fi, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	if err != nil {
+		return "", err
+	}
+	uid := fi.Sys().(*syscall.Stat_t).Uid
+	b, err := serialconsole.ReadHistory(fmt.Sprintf("/proc/%d/root/tmp/vmrunner-%d/%s", pid, uid, vm))
 	return string(b), err
 }
 
