@@ -20,4 +20,7 @@ const (
 	// error (the termination message) names the disk and the cause. qemu was
 	// not started.
 	ExitImport = 7
+	// ExitNodeAgent: vmop's node agent did not prepare the pod (it refused,
+	// failed or did not answer); the error says which. qemu was not started.
+	ExitNodeAgent = 8
 )

@@ -87,6 +87,7 @@ var startFailures = map[int32]struct{ reason, fallback string }{
 	runnerconfig.ExitQemuRefused: {v1.ReasonQemuFailed, "qemu refused to start the VM"},
 	runnerconfig.ExitNetwork:     {v1.ReasonNetworkFailed, "the runner could not set up the VM's network"},
 	runnerconfig.ExitImport:      {v1.ReasonImportFailed, "a disk of the VM is not filled from its image"},
+	runnerconfig.ExitNodeAgent:   {v1.ReasonNodeAgentFailed, "vmop's node agent did not prepare the VM's pod"},
 }
 
 // startFailed is the Failed condition of a runner that ended with one of

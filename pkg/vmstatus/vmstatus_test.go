@@ -58,6 +58,15 @@ func TestPodFailure(t *testing.T) {
 	require.Equal(t, v1.ReasonNetworkFailed, c.Reason)
 	require.Equal(t, `network 0 (tap): bridge "br9" does not exist on node n1: create it there, or choose another bridge (5 restarts).`, c.Message)
 
+	refusedByAgent := crashing.DeepCopy()
+	refusedByAgent.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{
+		ExitCode: runnerconfig.ExitNodeAgent, Message: "the node agent: refused: the process that asks runs as uid 0, not the runner's 107",
+	}
+	c, ok = failed(refusedByAgent)
+	require.True(t, ok)
+	require.Equal(t, v1.ReasonNodeAgentFailed, c.Reason)
+	require.Equal(t, "the node agent: refused: the process that asks runs as uid 0, not the runner's 107 (5 restarts).", c.Message)
+
 	// Right after the exit, before the kubelet's back-off.
 	justExited := refused.DeepCopy()
 	cs := &justExited.Status.ContainerStatuses[0]

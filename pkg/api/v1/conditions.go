@@ -68,8 +68,11 @@ const (
 	// ReasonImportFailed: a disk could not be filled from its source
 	// image (vm-runner import, the pod's init container, failed); the
 	// message is its error, which names the disk and the cause.
-	ReasonImportFailed  = "ImportFailed"
-	ReasonUnschedulable = "Unschedulable"
+	ReasonImportFailed = "ImportFailed"
+	// ReasonNodeAgentFailed: vmop's node agent (vm-node) refused, failed or
+	// did not answer the pod's runner or import; the message says which.
+	ReasonNodeAgentFailed = "NodeAgentFailed"
+	ReasonUnschedulable   = "Unschedulable"
 	// ReasonImageRepositoryMissing: the pod of a VM with a CD drive mounts
 	// the namespace's claim vmop-image-repository, which does not exist.
 	ReasonImageRepositoryMissing = "ImageRepositoryMissing"

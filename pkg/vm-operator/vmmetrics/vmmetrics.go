@@ -78,7 +78,7 @@ var desiredStates = []v1.VMState{v1.StateRunning, v1.StateStopped}
 var failureReasons = []string{
 	v1.ReasonNoFailure, v1.ReasonInvalidSpec, v1.ReasonApplyFailed, v1.ReasonPodCreateFailed,
 	v1.ReasonCrashLoop, v1.ReasonQemuFailed, v1.ReasonUnschedulable, v1.ReasonImagePull,
-	v1.ReasonContainerCreate, v1.ReasonNetworkFailed, v1.ReasonMACConflict,
+	v1.ReasonContainerCreate, v1.ReasonNetworkFailed, v1.ReasonNodeAgentFailed, v1.ReasonMACConflict,
 	v1.ReasonImageRepositoryMissing, v1.ReasonNoDefaultStorageClass, v1.ReasonClaimPending, v1.ReasonServiceAccountMissing,
 	v1.ReasonNodeAgentMissing,
 }

@@ -43,7 +43,7 @@ once only, before the runner starts the VM.`,
 			if _, err := nodeagent.AskIfServed(ctx, nodeagent.Request{}); err != nil {
 				log.Error("Cannot import", "err", err)
 				terminationMessage(err)
-				return exit(runnerconfig.ExitImport, nil)
+				return exit(runnerconfig.ExitNodeAgent, nil)
 			}
 			if err := importer.Run(ctx, opts); err != nil {
 				log.Error("Cannot import", "err", err)

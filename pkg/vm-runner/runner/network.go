@@ -74,19 +74,19 @@ func (r *Runner) podNetOptions() (*podnet.Options, error) {
 func (r *Runner) askNodeAgent(ctx context.Context) error {
 	o, err := r.podNetOptions()
 	if err != nil {
-		return err
+		return &ExitError{Code: runnerconfig.ExitNetwork, Err: err}
 	}
 	asked := time.Now()
 	resp, err := nodeagent.AskIfServed(ctx, nodeagent.Request{PodNetwork: o})
 	if err != nil {
-		return err
+		return &ExitError{Code: runnerconfig.ExitNodeAgent, Err: err}
 	}
 	if resp != nil {
 		r.log.Info("Node agent answered", "took", time.Since(asked).Round(time.Millisecond), "podNetwork", o != nil)
 	}
 	if resp != nil && o != nil {
 		if resp.PodNetwork == nil {
-			return errors.New("pod network: the node agent made none")
+			return &ExitError{Code: runnerconfig.ExitNodeAgent, Err: errors.New("pod network: the node agent made none")}
 		}
 		r.podNet = resp.PodNetwork
 	}

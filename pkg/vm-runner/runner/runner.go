@@ -207,7 +207,7 @@ func (r *Runner) launch(ctx context.Context) error {
 	// First: the agent gives the runner its devices, which the checks
 	// below and qemu open.
 	if err := r.askNodeAgent(ctx); err != nil {
-		return &ExitError{Code: runnerconfig.ExitNetwork, Err: err}
+		return err
 	}
 	if err := checkDisksFilled(&c.VM, r.dataDir); err != nil {
 		return &ExitError{Code: runnerconfig.ExitImport, Err: err}
