@@ -158,8 +158,10 @@ func TestNodeAgentMissing(t *testing.T) {
 	addImageRepository(t, ns)
 	file := filepath.Join(t.TempDir(), "vm.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: Running", 1)), 0o644))
-	kubectl(t, kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file), "apply", "-f", "-")
-	defer deleteVM(t, ns, vm)
+	rendered := kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
+	kubectl(t, rendered, "apply", "-f", "-")
+	// Its pod would hold the node's CPUs.
+	defer kubectl(t, rendered, "delete", "--wait", "-f", "-")
 
 	var status string
 	eventually.Within(t, time.Minute, func() string {
