@@ -35,12 +35,15 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/vm-node/deviceplugin"
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
-// node is the kwok node that VM pods are placed on (there is no scheduler).
+// node is the kwok node that VM pods are placed on (there is no
+// scheduler). It offers the node agent's devices.
 const node = "node-1"
 
 var operatorBin string
@@ -94,20 +97,39 @@ func newEnv(t testing.TB) *env {
 	require.NoError(t, err)
 	e.dyn, err = dynamic.NewForConfig(cfg)
 	require.NoError(t, err)
+	e.offerNodeAgent(node)
 	e.installRBAC()
 	e.kubeconfig = e.serviceAccountKubeconfig(install.DefaultNamespace, install.OperatorName)
 	return e
 }
 
+// offerNodeAgent makes the node offer nodeagent.Resource as a node with
+// vm-node does: its device plugin advertises deviceplugin.DefaultDevices
+// devices, which the kubelet puts in the node's capacity and allocatable.
+// A VM pod without a tap NIC requests one. kwok runs a pod that names its
+// node whatever it requests; a scheduler would check.
+func (e *env) offerNodeAgent(name string) {
+	t := e.t
+	t.Helper()
+	n := strconv.Itoa(deviceplugin.DefaultDevices)
+	patch := fmt.Sprintf(`{"status":{"capacity":{%[1]q:%[2]q},"allocatable":{%[1]q:%[2]q}}}`, nodeagent.Resource, n)
+	got, err := e.kube.CoreV1().Nodes().Patch(t.Context(), name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+	q := got.Status.Allocatable[nodeagent.Resource]
+	require.Equal(t, n, q.String(), "node %s offers %s", name, nodeagent.Resource)
+}
+
 // installRBAC applies what `kubectl vm install` does but the CRD (already
-// there) and the Deployment (the operator runs as a test process).
+// there), the Deployment (the operator runs as a test process) and the
+// node agent's DaemonSet (no controller makes its pods, and under kwok
+// they would run nothing: offerNodeAgent plays the agent's part).
 func (e *env) installRBAC() {
 	t, ctx := e.t, e.t.Context()
 	objs, err := install.Objects(install.Options{})
 	require.NoError(t, err)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(e.kube.Discovery()))
 	for _, o := range objs {
-		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Deployment" {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Deployment" || o.GetKind() == "DaemonSet" {
 			continue
 		}
 		gvk := o.GroupVersionKind()
