@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,8 +43,8 @@ import (
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
-// node is the kwok node that VM pods are placed on (there is no
-// scheduler). It offers the node agent's devices.
+// node is the kwok node that VM pods are placed on (no scheduler runs but
+// in TestNodeAgent). It offers the node agent's devices.
 const node = "node-1"
 
 var operatorBin string
@@ -82,11 +83,22 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	c := testcluster.NewWithOptions(t, testcluster.Options{
+	return newEnvWith(t, nil)
+}
+
+// newEnvWith is newEnv with more in the cluster: more changes the
+// options (e.g. more nodes, which do not offer the node agent's devices).
+func newEnvWith(t testing.TB, more func(*testcluster.Options)) *env {
+	t.Helper()
+	opts := testcluster.Options{
 		CRDs:        [][]byte{v1.CRDManifest},
 		Controllers: true,
 		Nodes:       []string{node},
-	})
+	}
+	if more != nil {
+		more(&opts)
+	}
+	c := testcluster.NewWithOptions(t, opts)
 	e := &env{t: t, c: c}
 	// The scale benchmark creates a thousand VMs at once: the test's own
 	// client limit must not be what it measures.
@@ -107,7 +119,7 @@ func newEnv(t testing.TB) *env {
 // vm-node does: its device plugin advertises deviceplugin.DefaultDevices
 // devices, which the kubelet puts in the node's capacity and allocatable.
 // A VM pod without a tap NIC requests one. kwok runs a pod that names its
-// node whatever it requests; a scheduler would check.
+// node whatever it requests; the scheduler (TestNodeAgent) checks.
 func (e *env) offerNodeAgent(name string) {
 	t := e.t
 	t.Helper()
@@ -117,6 +129,34 @@ func (e *env) offerNodeAgent(name string) {
 	require.NoError(t, err)
 	q := got.Status.Allocatable[nodeagent.Resource]
 	require.Equal(t, n, q.String(), "node %s offers %s", name, nodeagent.Resource)
+}
+
+// startScheduler runs kube-scheduler, which places the pods that name no
+// node (the VMs of the other tests name node). The API server taints a
+// new node not-ready, and no node lifecycle controller runs to lift that
+// once kwok has made the node Ready (it would also judge kwok's
+// heartbeats): startScheduler lifts it.
+func (e *env) startScheduler() {
+	t := e.t
+	t.Helper()
+	nodes, err := e.kube.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		require.True(t, testcluster.NodeReady(n), "node %s is Ready", n.Name)
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+		_, err := e.kube.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	p, err := e.c.StartProcess("kube-scheduler", filepath.Join(e.c.BinDir, "kube-scheduler"),
+		"--kubeconfig="+e.c.Kubeconfig, "--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port=0")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-scheduler log, last lines:\n%s", p.LogTail(30))
+		}
+	})
 }
 
 // installRBAC applies what `kubectl vm install` does but the CRD (already
