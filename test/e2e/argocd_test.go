@@ -104,12 +104,14 @@ func TestArgoCDHealth(t *testing.T) {
 	})
 
 	t.Run("a pod that cannot be created", func(t *testing.T) {
-		// Pod security "baseline" forbids the runner's privileged container.
+		// Pod Security "baseline" forbids the privileged runner on the
+		// host's network that a tap NIC needs.
 		ns := e.namespace("argocd-baseline", map[string]string{"pod-security.kubernetes.io/enforce": "baseline"})
-		e.createVM(ns, fmt.Sprintf(runningVM, "forbidden"))
-		e.waitStatus(ns, "forbidden", 60*time.Second, "PodCreateFailed", func(st v1.VirtualMachineStatus) bool {
+		e.createVM(ns, tapVM(t, "forbidden"))
+		st := e.waitStatus(ns, "forbidden", 60*time.Second, "PodCreateFailed", func(st v1.VirtualMachineStatus) bool {
 			return condition(st, v1.ConditionFailed).Reason == v1.ReasonPodCreateFailed
 		})
+		require.Contains(t, condition(st, v1.ConditionFailed).Message, `violates PodSecurity "baseline:latest"`)
 		check(t, ns, "forbidden", "pod-create-failed")
 	})
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,12 +36,15 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/vm-node/deviceplugin"
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
-// node is the kwok node that VM pods are placed on (there is no scheduler).
+// node is the kwok node that VM pods are placed on (no scheduler runs but
+// in TestNodeAgent). It offers the node agent's devices.
 const node = "node-1"
 
 var operatorBin string
@@ -79,11 +83,22 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	c := testcluster.NewWithOptions(t, testcluster.Options{
+	return newEnvWith(t, nil)
+}
+
+// newEnvWith is newEnv with more in the cluster: more changes the
+// options (e.g. more nodes, which do not offer the node agent's devices).
+func newEnvWith(t testing.TB, more func(*testcluster.Options)) *env {
+	t.Helper()
+	opts := testcluster.Options{
 		CRDs:        [][]byte{v1.CRDManifest},
 		Controllers: true,
 		Nodes:       []string{node},
-	})
+	}
+	if more != nil {
+		more(&opts)
+	}
+	c := testcluster.NewWithOptions(t, opts)
 	e := &env{t: t, c: c}
 	// The scale benchmark creates a thousand VMs at once: the test's own
 	// client limit must not be what it measures.
@@ -94,20 +109,67 @@ func newEnv(t testing.TB) *env {
 	require.NoError(t, err)
 	e.dyn, err = dynamic.NewForConfig(cfg)
 	require.NoError(t, err)
+	e.offerNodeAgent(node)
 	e.installRBAC()
 	e.kubeconfig = e.serviceAccountKubeconfig(install.DefaultNamespace, install.OperatorName)
 	return e
 }
 
+// offerNodeAgent makes the node offer nodeagent.Resource as a node with
+// vm-node does: its device plugin advertises deviceplugin.DefaultDevices
+// devices, which the kubelet puts in the node's capacity and allocatable.
+// A VM pod without a tap NIC requests one. kwok runs a pod that names its
+// node whatever it requests; the scheduler (TestNodeAgent) checks.
+func (e *env) offerNodeAgent(name string) {
+	t := e.t
+	t.Helper()
+	n := strconv.Itoa(deviceplugin.DefaultDevices)
+	patch := fmt.Sprintf(`{"status":{"capacity":{%[1]q:%[2]q},"allocatable":{%[1]q:%[2]q}}}`, nodeagent.Resource, n)
+	got, err := e.kube.CoreV1().Nodes().Patch(t.Context(), name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+	q := got.Status.Allocatable[nodeagent.Resource]
+	require.Equal(t, n, q.String(), "node %s offers %s", name, nodeagent.Resource)
+}
+
+// startScheduler runs kube-scheduler, which places the pods that name no
+// node (the VMs of the other tests name node). The API server taints a
+// new node not-ready, and no node lifecycle controller runs to lift that
+// once kwok has made the node Ready (it would also judge kwok's
+// heartbeats): startScheduler lifts it.
+func (e *env) startScheduler() {
+	t := e.t
+	t.Helper()
+	nodes, err := e.kube.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		require.True(t, testcluster.NodeReady(n), "node %s is Ready", n.Name)
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+		_, err := e.kube.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	p, err := e.c.StartProcess("kube-scheduler", filepath.Join(e.c.BinDir, "kube-scheduler"),
+		"--kubeconfig="+e.c.Kubeconfig, "--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port=0")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-scheduler log, last lines:\n%s", p.LogTail(30))
+		}
+	})
+}
+
 // installRBAC applies what `kubectl vm install` does but the CRD (already
-// there) and the Deployment (the operator runs as a test process).
+// there), the Deployment (the operator runs as a test process) and the
+// node agent's DaemonSet (no controller makes its pods, and under kwok
+// they would run nothing: offerNodeAgent plays the agent's part).
 func (e *env) installRBAC() {
 	t, ctx := e.t, e.t.Context()
 	objs, err := install.Objects(install.Options{})
 	require.NoError(t, err)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(e.kube.Discovery()))
 	for _, o := range objs {
-		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Deployment" {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Deployment" || o.GetKind() == "DaemonSet" {
 			continue
 		}
 		gvk := o.GroupVersionKind()

@@ -31,6 +31,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/manifest"
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 
@@ -63,6 +64,16 @@ spec:
     display:
       spice: {port: 5910}
 `
+
+// tapVM is runningVM with a NIC that is a tap device on the host bridge
+// br0: its runner stays privileged, with the host's network.
+func tapVM(t testing.TB, name string) string {
+	t.Helper()
+	vm := fmt.Sprintf(runningVM, name)
+	tap := strings.Replace(vm, "    disks:\n", "    networks:\n    - tap: {bridge: br0}\n    disks:\n", 1)
+	require.NotEqual(t, vm, tap, "runningVM has no disks to put the NIC before")
+	return tap
+}
 
 func TestOperator(t *testing.T) {
 	e := newEnv(t)
@@ -177,16 +188,33 @@ func TestOperator(t *testing.T) {
 	})
 
 	t.Run("a pod that cannot be created sets Failed with the reason", func(t *testing.T) {
-		// Pod security "baseline" forbids the runner's privileged container.
-		ns := e.namespace("restricted", map[string]string{"pod-security.kubernetes.io/enforce": "baseline"})
-		e.createVM(ns, fmt.Sprintf(runningVM, "vm2"))
+		// Pod Security "restricted" takes the pod of a VM without a tap
+		// NIC, but not the privileged runner on the host's network that a
+		// tap NIC on a host bridge needs.
+		ns := e.namespace("restricted", map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+		e.createVM(ns, tapVM(t, "vm2"))
+		e.createVM(ns, fmt.Sprintf(runningVM, "unprivileged"))
 		st := e.waitStatus(ns, "vm2", 60*time.Second, "failed", func(st v1.VirtualMachineStatus) bool {
 			return condition(st, v1.ConditionFailed).Status == metav1.ConditionTrue
 		})
 		f := condition(st, v1.ConditionFailed)
 		require.Equal(t, v1.ReasonPodCreateFailed, f.Reason)
-		require.Contains(t, f.Message, "privileged")
+		require.Contains(t, f.Message, `violates PodSecurity "restricted:latest"`)
+		require.Contains(t, f.Message, "hostNetwork=true")
+		require.Contains(t, f.Message, `container "runner" must not set securityContext.privileged=true`)
 		require.Equal(t, v1.ReasonStarting, condition(st, v1.ConditionRunning).Reason)
+		_, err := e.kube.CoreV1().Pods(ns).Get(t.Context(), "vm2-0", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "no pod of the tap VM: %v", err)
+
+		// Its neighbour without a tap NIC runs, unprivileged.
+		st = e.waitStatus(ns, "unprivileged", 60*time.Second, "running", func(st v1.VirtualMachineStatus) bool {
+			return condition(st, v1.ConditionRunning).Status == metav1.ConditionTrue
+		})
+		require.Equal(t, metav1.ConditionFalse, condition(st, v1.ConditionFailed).Status)
+		pod := e.pod(t, ns, "unprivileged-0")
+		require.False(t, pod.Spec.HostNetwork)
+		require.EqualValues(t, nodeagent.RunnerUID, *pod.Spec.SecurityContext.RunAsUser)
+		require.Equal(t, "1", ptr.To(pod.Spec.Containers[0].Resources.Limits[nodeagent.Resource]).String())
 	})
 
 	t.Run("RAM that is no whole MiB is rounded up and the status says so", func(t *testing.T) {
