@@ -16,8 +16,10 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,6 +90,11 @@ type Options struct {
 	// runner image from there too, the node agent's image comes from there,
 	// and the agent trusts the runner images of its repository.
 	ImageRegistry string
+	// RunnerRepositories are more image repositories (no tag or digest) of
+	// runner images the node agent trusts, besides the one of
+	// ImageRegistry: for VMs whose spec.image names a runner image from
+	// another repository, such as a build of one's own.
+	RunnerRepositories []string
 	// KubeletRootDir is the kubelet's --root-dir on the nodes, through
 	// whose pods/ the node agent reaches VM pods; empty means
 	// DefaultKubeletRootDir. It must be absolute and clean.
@@ -106,6 +113,37 @@ func ValidateKubeletRootDir(dir string) error {
 		return fmt.Errorf("%q is not an absolute, clean path, such as %s", dir, DefaultKubeletRootDir)
 	}
 	return nil
+}
+
+// ValidateRunnerRepository checks an image repository of runner images
+// for the node agent to trust: a registry and a path, no tag or digest,
+// such as "registry.example:5000/mirror/vm-runner".
+func ValidateRunnerRepository(repo string) error {
+	r, err := name.NewRepository(repo, name.StrictValidation)
+	if err != nil || strings.Contains(repo, ":/") || slices.Contains(strings.Split(r.RepositoryStr(), "/"), "") {
+		return fmt.Errorf("%q is not an image repository without tag or digest, such as registry.example:5000/vmop/vm-runner", repo)
+	}
+	return nil
+}
+
+// runnerRepositories are the repositories the node agent trusts: the one
+// of opts.ImageRegistry, then opts.RunnerRepositories, each once (as the
+// registry names it: docker.io/x is index.docker.io/x), the first spelling
+// kept.
+func runnerRepositories(opts Options) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range append([]string{version.Repository(opts.ImageRegistry, version.RunnerImage)}, opts.RunnerRepositories...) {
+		key := r
+		if n, err := name.NewRepository(r, name.StrictValidation); err == nil {
+			key = n.Name()
+		}
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // IsNodeAgent tells whether o is one of the node agent's objects.
@@ -133,6 +171,11 @@ func Objects(opts Options) ([]*unstructured.Unstructured, error) {
 	if opts.ImageRegistry != "" {
 		if err := version.ValidateRegistry(opts.ImageRegistry); err != nil {
 			return nil, fmt.Errorf("image registry: %w", err)
+		}
+	}
+	for _, r := range opts.RunnerRepositories {
+		if err := ValidateRunnerRepository(r); err != nil {
+			return nil, fmt.Errorf("runner repository: %w", err)
 		}
 	}
 	if msgs := validation.IsDNS1123Label(opts.Namespace); len(msgs) > 0 {
@@ -238,7 +281,8 @@ func place(o *unstructured.Unstructured, opts Options) error {
 const kubeletPodsVolume = "kubelet-pods"
 
 // placeNodeAgent gives the node agent's DaemonSet its image, the
-// kubelet's root directory and the runner repository it trusts.
+// kubelet's root directory and the runner repositories it trusts, one
+// --runner-repository each where the manifest has its one.
 func placeNodeAgent(o *unstructured.Unstructured, opts Options) error {
 	pods := path.Join(opts.KubeletRootDir, "pods")
 	err := forEach(o, func(c map[string]any) {
@@ -247,15 +291,25 @@ func placeNodeAgent(o *unstructured.Unstructured, opts Options) error {
 		}
 		c["image"] = version.Image(opts.ImageRegistry, version.NodeImage)
 		args, _ := c["args"].([]any)
-		for i, a := range args {
+		placed := make([]any, 0, len(args))
+		repos := false
+		for _, a := range args {
 			s, _ := a.(string)
 			switch {
 			case strings.HasPrefix(s, "--kubelet-root-dir="):
-				args[i] = "--kubelet-root-dir=" + opts.KubeletRootDir
+				placed = append(placed, "--kubelet-root-dir="+opts.KubeletRootDir)
 			case strings.HasPrefix(s, "--runner-repository="):
-				args[i] = "--runner-repository=" + version.Repository(opts.ImageRegistry, version.RunnerImage)
+				if !repos {
+					repos = true
+					for _, r := range runnerRepositories(opts) {
+						placed = append(placed, "--runner-repository="+r)
+					}
+				}
+			default:
+				placed = append(placed, a)
 			}
 		}
+		c["args"] = placed
 		mounts, _ := c["volumeMounts"].([]any)
 		for _, m := range mounts {
 			if m, ok := m.(map[string]any); ok && m["name"] == kubeletPodsVolume {

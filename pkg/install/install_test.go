@@ -3,6 +3,7 @@ package install_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -145,6 +146,57 @@ func TestNodeAgentDaemonSet(t *testing.T) {
 	requireHostPaths(t, ds, "/var/lib/k0s/kubelet/pods")
 }
 
+// TestNodeAgentRunnerRepositories: the agent trusts the runner repository
+// of the image registry first, then those asked for, in order and each
+// once, in the agent alone too.
+func TestNodeAgentRunnerRepositories(t *testing.T) {
+	args := func(opts install.Options) []string {
+		t.Helper()
+		return daemonSet(t, must(install.Objects(opts))).Spec.Template.Spec.Containers[0].Args
+	}
+	require.Equal(t, []string{
+		"--node-name=$(NODE_NAME)",
+		"--kubelet-root-dir=/var/lib/kubelet",
+		"--runner-repository=ghcr.io/vmop/vm-runner",
+		"--runner-repository=registry.example.com/me/vm-runner",
+		"--runner-repository=localhost:5000/vm-runner",
+	}, args(install.Options{RunnerRepositories: []string{"registry.example.com/me/vm-runner", "localhost:5000/vm-runner"}}))
+
+	// Duplicates, the registry's one among them, and docker.io's two
+	// spellings of one repository: each once, the first spelling kept.
+	require.Equal(t, []string{
+		"--node-name=$(NODE_NAME)",
+		"--kubelet-root-dir=/var/lib/kubelet",
+		"--runner-repository=mirror.example:5000/vmop/vm-runner",
+		"--runner-repository=docker.io/me/vm-runner",
+		"--runner-repository=ghcr.io/vmop/vm-runner",
+	}, args(install.Options{
+		ImageRegistry: "mirror.example:5000/vmop",
+		NodeAgentOnly: true,
+		RunnerRepositories: []string{
+			"mirror.example:5000/vmop/vm-runner",
+			"docker.io/me/vm-runner",
+			"ghcr.io/vmop/vm-runner",
+			"index.docker.io/me/vm-runner",
+			"docker.io/me/vm-runner",
+		},
+	}))
+}
+
+func TestValidateRunnerRepository(t *testing.T) {
+	for _, ok := range []string{"ghcr.io/vmop/vm-runner", "registry.example:5000/mirror/vm-runner", "localhost/vm-runner", "docker.io/me/vm-runner"} {
+		require.NoError(t, install.ValidateRunnerRepository(ok), ok)
+	}
+	for _, bad := range []string{
+		"", "vm-runner", "me/vm-runner", "ghcr.io", "ghcr.io/", "ghcr.io/vmop/", "ghcr.io//vm-runner",
+		"ghcr.io/vmop/vm-runner:v1", "ghcr.io/vmop/vm-runner@sha256:" + strings.Repeat("0", 64),
+		"ghcr.io/VMOP/vm-runner", "https://ghcr.io/vmop/vm-runner", "ghcr.io/vmop/vm-runner ",
+	} {
+		require.EqualError(t, install.ValidateRunnerRepository(bad),
+			fmt.Sprintf("%q is not an image repository without tag or digest, such as registry.example:5000/vmop/vm-runner", bad), bad)
+	}
+}
+
 // requireHostPaths: the DaemonSet mounts the kubelet's pods directory at
 // pods, as the host has it and seeing later mounts, and the device plugin
 // directory, and nothing else of the host.
@@ -236,6 +288,8 @@ func TestObjectsErrors(t *testing.T) {
 	require.ErrorContains(t, err, `namespace "Not_A_Namespace": `)
 	_, err = install.Objects(install.Options{Image: "a b"})
 	require.EqualError(t, err, `image "a b": must not contain spaces or control characters`)
+	_, err = install.Objects(install.Options{RunnerRepositories: []string{"ghcr.io/me/vm-runner", "ghcr.io/me/vm-runner:v1"}})
+	require.EqualError(t, err, `runner repository: "ghcr.io/me/vm-runner:v1" is not an image repository without tag or digest, such as registry.example:5000/vmop/vm-runner`)
 	for _, dir := range []string{"var/lib/kubelet", "/var/lib/kubelet/", "/var/lib/../lib/kubelet", "/var//lib/kubelet", "."} {
 		_, err = install.Objects(install.Options{KubeletRootDir: dir})
 		require.EqualError(t, err, fmt.Sprintf("kubelet root dir: %q is not an absolute, clean path, such as /var/lib/kubelet", dir))

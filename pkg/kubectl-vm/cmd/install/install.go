@@ -31,7 +31,10 @@ const example = `  # Install the operator into vmop-system and wait until it run
   %[1]s install -n vmop --image registry.example.com/vm-operator:v1.0.0
 
   # Only the node agent, on k0s, for VMs rendered into Git (no operator)
-  %[1]s install --node-agent-only --kubelet-root-dir /var/lib/k0s/kubelet --wait`
+  %[1]s install --node-agent-only --kubelet-root-dir /var/lib/k0s/kubelet --wait
+
+  # Let the node agent serve VMs that run a runner image of your own build too
+  %[1]s install --runner-repository registry.example.com/me/vm-runner`
 
 // kubeletRootDirs are the kubelet's usual root directories: upstream's,
 // k0s', microk8s'.
@@ -39,15 +42,16 @@ var kubeletRootDirs = []string{install.DefaultKubeletRootDir, "/var/lib/k0s/kube
 
 // Options are the options of the install command.
 type Options struct {
-	Namespace      string
-	Image          string
-	ImageRegistry  string
-	KubeletRootDir string
-	NodeAgentOnly  bool
-	DryRun         bool
-	Output         string
-	Wait           bool
-	Timeout        time.Duration
+	Namespace          string
+	Image              string
+	ImageRegistry      string
+	RunnerRepositories []string
+	KubeletRootDir     string
+	NodeAgentOnly      bool
+	DryRun             bool
+	Output             string
+	Wait               bool
+	Timeout            time.Duration
 
 	configFlags *genericclioptions.ConfigFlags
 	genericiooptions.IOStreams
@@ -79,7 +83,10 @@ network, so that VM pods need no privilege. It reaches VM pods through the
 kubelet's pod directories: where the kubelet's --root-dir is not
 ` + install.DefaultKubeletRootDir + `, give it with --kubelet-root-dir. With --node-agent-only
 only the namespace and the node agent are installed, for clusters whose
-VMs are rendered (GitOps) and where no operator runs.
+VMs are rendered (GitOps) and where no operator runs. The node agent serves
+only pods that run a runner image of the repository of --image-registry;
+for VMs whose spec.image names a runner image from another repository,
+give that repository with --runner-repository.
 
 With --dry-run the manifests are printed instead and no cluster is
 contacted.`,
@@ -98,6 +105,7 @@ contacted.`,
 	}
 	cmd.Flags().StringVar(&o.Image, "image", "", "image of the operator (default: "+version.Image("", version.OperatorImage)+", or from --image-registry)")
 	cmd.Flags().StringVar(&o.ImageRegistry, "image-registry", "", "registry and path that hold vmop's images, e.g. a mirror for an air-gapped cluster: the operator's and the node agent's images and the runner image the operator renders come from there, and the node agent serves pods of runner images from there (default "+version.Registry+")")
+	cmd.Flags().StringArrayVar(&o.RunnerRepositories, "runner-repository", nil, "the node agent also trusts the runner images of `REPO`, an image repository without tag or digest such as registry.example.com/me/vm-runner, besides those from --image-registry: for VMs whose spec.image names a runner image from another repository (your own build of vm-runner, a mirror under another path); repeat for more")
 	cmd.Flags().StringVar(&o.KubeletRootDir, "kubelet-root-dir", install.DefaultKubeletRootDir, "the kubelet's --root-dir on the nodes, e.g. /var/lib/k0s/kubelet for k0s, /var/snap/microk8s/common/var/lib/kubelet for microk8s: the node agent reaches VM pods through its pods/")
 	cmd.Flags().BoolVar(&o.NodeAgentOnly, "node-agent-only", false, "only the node agent (and its namespace), for clusters where VMs are rendered by GitOps and no operator runs")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the manifests instead of installing them")
@@ -144,6 +152,11 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--image-registry: %w", err)
 		}
 	}
+	for _, r := range o.RunnerRepositories {
+		if err := install.ValidateRunnerRepository(r); err != nil {
+			return fmt.Errorf("--runner-repository: %w", err)
+		}
+	}
 	if err := install.ValidateKubeletRootDir(o.KubeletRootDir); err != nil {
 		return fmt.Errorf("--kubelet-root-dir: %w", err)
 	}
@@ -170,11 +183,12 @@ func (o *Options) Validate() error {
 // Run prints or applies the objects.
 func (o *Options) Run(ctx context.Context) error {
 	objs, err := install.Objects(install.Options{
-		Namespace:      o.Namespace,
-		Image:          o.Image,
-		ImageRegistry:  o.ImageRegistry,
-		KubeletRootDir: o.KubeletRootDir,
-		NodeAgentOnly:  o.NodeAgentOnly,
+		Namespace:          o.Namespace,
+		Image:              o.Image,
+		ImageRegistry:      o.ImageRegistry,
+		RunnerRepositories: o.RunnerRepositories,
+		KubeletRootDir:     o.KubeletRootDir,
+		NodeAgentOnly:      o.NodeAgentOnly,
 	})
 	if err != nil {
 		return err

@@ -124,6 +124,41 @@ func TestDryRunNodeAgent(t *testing.T) {
 	require.Contains(t, c["args"], "--runner-repository=ghcr.io/vmop/vm-runner")
 }
 
+// TestDryRunRunnerRepositories: the node agent trusts the runner
+// repository of --image-registry and each --runner-repository, in order and
+// once each, with --node-agent-only too.
+func TestDryRunRunnerRepositories(t *testing.T) {
+	r := run(t, "install", "--dry-run", "--image", testImage,
+		"--runner-repository", "registry.example.com/me/vm-runner", "--runner-repository=localhost:5000/vm-runner")
+	require.NoError(t, r.Err)
+	require.Empty(t, r.Stderr)
+	c, _ := nodeAgent(t, docs(t, r.Stdout))
+	require.Equal(t, []any{
+		"--node-name=$(NODE_NAME)",
+		"--kubelet-root-dir=/var/lib/kubelet",
+		"--runner-repository=ghcr.io/vmop/vm-runner",
+		"--runner-repository=registry.example.com/me/vm-runner",
+		"--runner-repository=localhost:5000/vm-runner",
+	}, c["args"])
+	// Only the agent's arguments change.
+	plain := run(t, "install", "--dry-run", "--image", testImage)
+	require.NoError(t, plain.Err)
+	require.Equal(t, plain.Stdout, strings.Replace(r.Stdout,
+		"        - --runner-repository=registry.example.com/me/vm-runner\n        - --runner-repository=localhost:5000/vm-runner\n", "", 1))
+
+	r = run(t, "install", "--dry-run", "--node-agent-only", "--image-registry", "mirror.example:5000/vmop",
+		"--runner-repository", "mirror.example:5000/vmop/vm-runner", "--runner-repository", "ghcr.io/vmop/vm-runner",
+		"--runner-repository", "ghcr.io/vmop/vm-runner")
+	require.NoError(t, r.Err)
+	c, _ = nodeAgent(t, docs(t, r.Stdout))
+	require.Equal(t, []any{
+		"--node-name=$(NODE_NAME)",
+		"--kubelet-root-dir=/var/lib/kubelet",
+		"--runner-repository=mirror.example:5000/vmop/vm-runner",
+		"--runner-repository=ghcr.io/vmop/vm-runner",
+	}, c["args"])
+}
+
 // TestDryRunNodeAgentOnly: the namespace and the node agent; nothing of
 // the operator, its CRD or the runners' RBAC and admission policy.
 func TestDryRunNodeAgentOnly(t *testing.T) {
@@ -182,6 +217,8 @@ func TestErrors(t *testing.T) {
 		{[]string{"--dry-run", "--wait"}, "--wait cannot be used with --dry-run: nothing is installed to wait for"},
 		{[]string{"--dry-run", "-n", "Not_A_Namespace"}, `--namespace "Not_A_Namespace": a lowercase RFC 1123 label must consist of`},
 		{[]string{"--dry-run", "--image-registry", "https://mirror.example"}, `--image-registry: "https://mirror.example" is not a registry with an optional path`},
+		{[]string{"--dry-run", "--runner-repository", "ghcr.io/me/vm-runner:v1"}, `--runner-repository: "ghcr.io/me/vm-runner:v1" is not an image repository without tag or digest, such as registry.example:5000/vmop/vm-runner`},
+		{[]string{"--dry-run", "--node-agent-only", "--runner-repository", "ghcr.io/me/vm-runner", "--runner-repository", "vm-runner"}, `--runner-repository: "vm-runner" is not an image repository without tag or digest`},
 		{[]string{"--dry-run", "--image", "a b"}, `image "a b": must not contain spaces or control characters`},
 		{[]string{"--dry-run", "--kubelet-root-dir", "var/lib/kubelet"}, `--kubelet-root-dir: "var/lib/kubelet" is not an absolute, clean path, such as /var/lib/kubelet`},
 		{[]string{"--dry-run", "--kubelet-root-dir", "/var/lib/kubelet/"}, `--kubelet-root-dir: "/var/lib/kubelet/" is not an absolute, clean path, such as /var/lib/kubelet`},
@@ -217,6 +254,8 @@ func TestHelp(t *testing.T) {
 	require.Contains(t, r.Stdout, "--kubelet-root-dir string")
 	require.Contains(t, r.Stdout, "/var/lib/k0s/kubelet for k0s, /var/snap/microk8s/common/var/lib/kubelet for microk8s")
 	require.Contains(t, r.Stdout, "--node-agent-only")
+	require.Contains(t, r.Stdout, "--runner-repository REPO")
+	require.Contains(t, r.Stdout, "for VMs whose spec.image names a runner image from another repository")
 }
 
 var applied = []string{
