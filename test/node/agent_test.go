@@ -107,8 +107,14 @@ func requireUnprivileged(t testing.TB, ns, vm string) {
 	t.Helper()
 	runner, err := runnerPID(t.Context(), ns, vm)
 	require.NoError(t, err)
-	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", runner, runner))
+	// Each thread lists the children it started: Go starts them on any.
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", runner))
 	require.NoError(t, err)
+	var children []byte
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		children = append(children, b...)
+	}
 	var qemu int
 	for _, f := range strings.Fields(string(children)) {
 		pid, _ := strconv.Atoi(f)
