@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,4 +183,70 @@ func TestNodeAgentMissing(t *testing.T) {
 
 	require.NoError(t, installNodeAgent())
 	waitConsole(t, ns, vm, testguest.ReadyLine, 3*time.Minute)
+}
+
+// oldPodTemplate turns a StatefulSet's pod into the one vmop rendered
+// before VM pods ran unprivileged: a privileged root runner that asks no
+// agent and requests no device.
+const oldPodTemplate = `[
+{"op": "remove", "path": "/spec/template/spec/securityContext"},
+{"op": "replace", "path": "/spec/template/spec/containers/0/securityContext", "value": {"privileged": true}},
+{"op": "remove", "path": "/spec/template/spec/containers/0/env"},
+{"op": "remove", "path": "/spec/template/spec/containers/0/resources/limits"}
+]`
+
+// TestUpgradeFromPrivileged: a VM whose pod an older vmop made (privileged,
+// root) keeps running when the new rendering is applied, and its next
+// start gets the restricted pod, which takes over the data the root runner
+// wrote (its TPM's state among them).
+func TestUpgradeFromPrivileged(t *testing.T) {
+	const ns, vm = "upgrade", "guest"
+	// The old pod is privileged.
+	createNamespaceAt(t, ns, "privileged")
+	grantRunner(t, ns)
+	addGuestDisk(t, ns, vm)
+	addImageRepository(t, ns)
+	render := func(state string) string {
+		file := filepath.Join(t.TempDir(), "vm.yaml")
+		m := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: "+state, 1)
+		m = strings.Replace(m, "    firmware: bios\n", "    firmware: bios\n    useTpm: true\n", 1)
+		require.NoError(t, os.WriteFile(file, []byte(m), 0o644))
+		return kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
+	}
+	stopped := render("Stopped")
+	kubectl(t, stopped, "apply", "-f", "-")
+	defer kubectl(t, stopped, "delete", "--wait", "-f", "-")
+	kubectl(t, "", "patch", "statefulset", "-n", ns, vm, "--type", "json", "-p", oldPodTemplate)
+	kubectl(t, "", "scale", "statefulset", "-n", ns, vm, "--replicas", "1")
+	waitConsole(t, ns, vm, testguest.ReadyLine, 3*time.Minute)
+	old := podUID(t, ns, vm)
+	pid, err := runnerPID(t.Context(), ns, vm)
+	require.NoError(t, err)
+	fi, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, fi.Sys().(*syscall.Stat_t).Uid, "the old runner's uid")
+
+	kubectl(t, render("Running"), "apply", "-f", "-")
+	// The StatefulSet's OnDelete strategy leaves the running pod alone.
+	time.Sleep(5 * time.Second)
+	require.Equal(t, old, podUID(t, ns, vm), "applying the new rendering replaced the running VM's pod")
+	waitConsole(t, ns, vm, testguest.ReadyLine, time.Second)
+
+	// Its next start: the restricted pod, on the data the root runner left.
+	kubectl(t, "", "delete", "pod", "-n", ns, vm+"-0", "--wait")
+	eventually.Within(t, 3*time.Minute, func() string {
+		pod, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
+		if err != nil || string(pod.UID) == old {
+			return fmt.Sprintf("the VM's pod is not replaced yet (%v)", err)
+		}
+		log, err := consoleLog(t.Context(), ns, vm)
+		if err != nil {
+			return err.Error()
+		}
+		if !strings.Contains(log, testguest.BootPrefix+"2") {
+			return "the guest did not boot a second time:\n" + log
+		}
+		return ""
+	})
+	requireUnprivileged(t, ns, vm)
 }
