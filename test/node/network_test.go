@@ -200,15 +200,11 @@ func TestNetworkBridge(t *testing.T) {
 func runClient(t *testing.T, ns, name string, args ...string) string {
 	t.Helper()
 	pods := node.Client.CoreV1().Pods(ns)
-	_, err := pods.Create(t.Context(), &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{
-				Name: "netcheck", Image: testnode.NetcheckImage, ImagePullPolicy: corev1.PullNever, Args: args,
-			}},
-		},
-	}, metav1.CreateOptions{})
+	// The namespace enforces Pod Security restricted.
+	pod := restrictedPod(ns, name, testnode.NetcheckImage)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Containers[0].Name, pod.Spec.Containers[0].Args = "netcheck", args
+	_, err := pods.Create(t.Context(), pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pods.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	var phase corev1.PodPhase
