@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/syncbuffer"
 	"github.com/vmop/vmop/test/harness/testnode"
 )
 
@@ -102,13 +103,13 @@ func TestImportUpload(t *testing.T) {
 	huge := filepath.Join(dir, "huge.raw")
 	writeTestImage(t, huge, 3*uploadDiskSize, 3)
 	cmd := kubectlCmd(t.Context(), append(alice, "disk", "upload", vm, "--disk", "system", "--image", huge, "--force")...)
-	var cutOut bytes.Buffer
+	var cutOut syncbuffer.Buffer
 	cmd.Stdout, cmd.Stderr = &cutOut, &cutOut
 	require.NoError(t, cmd.Start())
 	record := filepath.Join(node.VolumePath(volume+"-data"), "disk-imports", "import-system-disk.json")
 	eventually.Within(t, time.Minute, func() string {
 		if b, err := os.ReadFile(record); err != nil || !bytes.Contains(b, []byte(`"upload:huge.raw"`)) {
-			return "no record of the upload of huge.raw yet"
+			return "no record of the upload of huge.raw yet; kubectl vm disk upload says:\n" + cutOut.String()
 		}
 		return ""
 	})
