@@ -12,10 +12,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
@@ -185,15 +187,29 @@ func TestNodeAgentMissing(t *testing.T) {
 	waitConsole(t, ns, vm, testguest.ReadyLine, 3*time.Minute)
 }
 
-// oldPodTemplate turns a StatefulSet's pod into the one vmop rendered
-// before VM pods ran unprivileged: a privileged root runner that asks no
-// agent and requests no device.
-const oldPodTemplate = `[
-{"op": "remove", "path": "/spec/template/spec/securityContext"},
-{"op": "replace", "path": "/spec/template/spec/containers/0/securityContext", "value": {"privileged": true}},
-{"op": "remove", "path": "/spec/template/spec/containers/0/env"},
-{"op": "remove", "path": "/spec/template/spec/containers/0/resources/limits"}
-]`
+// oldRendering is rendered as vmop rendered it before VM pods ran
+// unprivileged: a privileged root runner that asks no agent and requests
+// no device.
+func oldRendering(t *testing.T, rendered string) string {
+	docs := strings.Split(rendered, "\n---\n")
+	for i, doc := range docs {
+		if !strings.Contains(doc, "kind: StatefulSet") {
+			continue
+		}
+		var sts appsv1.StatefulSet
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &sts))
+		pod := &sts.Spec.Template.Spec
+		pod.SecurityContext = nil
+		c := &pod.Containers[0]
+		c.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		c.Env = nil
+		delete(c.Resources.Limits, nodeagent.Resource)
+		b, err := yaml.Marshal(&sts)
+		require.NoError(t, err)
+		docs[i] = string(b)
+	}
+	return strings.Join(docs, "\n---\n")
+}
 
 // TestUpgradeFromPrivileged: a VM whose pod an older vmop made (privileged,
 // root) keeps running when the new rendering is applied, and its next
@@ -213,11 +229,9 @@ func TestUpgradeFromPrivileged(t *testing.T) {
 		require.NoError(t, os.WriteFile(file, []byte(m), 0o644))
 		return kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
 	}
-	stopped := render("Stopped")
-	kubectl(t, stopped, "apply", "-f", "-")
-	defer kubectl(t, stopped, "delete", "--wait", "-f", "-")
-	kubectl(t, "", "patch", "statefulset", "-n", ns, vm, "--type", "json", "-p", oldPodTemplate)
-	kubectl(t, "", "scale", "statefulset", "-n", ns, vm, "--replicas", "1")
+	running := render("Running")
+	kubectl(t, oldRendering(t, running), "apply", "-f", "-")
+	defer kubectl(t, running, "delete", "--wait", "-f", "-")
 	waitConsole(t, ns, vm, testguest.ReadyLine, 3*time.Minute)
 	old := podUID(t, ns, vm)
 	pid, err := runnerPID(t.Context(), ns, vm)
@@ -226,7 +240,8 @@ func TestUpgradeFromPrivileged(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 0, fi.Sys().(*syscall.Stat_t).Uid, "the old runner's uid")
 
-	kubectl(t, render("Running"), "apply", "-f", "-")
+	// As a GitOps tool applies the new rendering.
+	kubectl(t, running, "apply", "-f", "-")
 	// The StatefulSet's OnDelete strategy leaves the running pod alone.
 	time.Sleep(5 * time.Second)
 	require.Equal(t, old, podUID(t, ns, vm), "applying the new rendering replaced the running VM's pod")
