@@ -3,9 +3,12 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/google/uuid"
 
@@ -76,4 +79,57 @@ func machineUUID(c *runnerconfig.Config, dataDir string) (string, error) {
 func isBlockDevice(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode()&os.ModeDevice != 0
+}
+
+// adoptFiles makes the regular files under dir that another user wrote
+// (a root runner of a vmop before VM pods ran unprivileged) the files of
+// uid: a copy by uid replaces each. The pod's fsGroup lets uid read them
+// and write in their directories, but programs such as swtpm also chmod
+// their state, which only its owner may.
+func adoptFiles(dir string, uid int) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) == uid {
+			return nil
+		}
+		if err := replaceByCopy(path, fi.Mode().Perm()); err != nil {
+			return fmt.Errorf("taking over %s, which another user wrote: %w (the pod's fsGroup must give the runner its data)", path, err)
+		}
+		return nil
+	})
+}
+
+// replaceByCopy replaces path by a copy of it with mode perm, made by
+// this process.
+func replaceByCopy(path string, perm fs.FileMode) error {
+	src, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = io.Copy(tmp, src)
+	if err == nil {
+		err = tmp.Chmod(perm)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

@@ -209,6 +209,9 @@ func (r *Runner) launch(ctx context.Context) error {
 	if err := r.askNodeAgent(ctx); err != nil {
 		return err
 	}
+	if err := adoptFiles(r.dataDir, os.Getuid()); err != nil {
+		return err
+	}
 	if err := checkDisksFilled(&c.VM, r.dataDir); err != nil {
 		return &ExitError{Code: runnerconfig.ExitImport, Err: err}
 	}
