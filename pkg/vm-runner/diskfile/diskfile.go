@@ -30,7 +30,7 @@ func Ensure(path string, claimSize int64) (int64, error) {
 	if err := unix.Statfs(filepath.Dir(path), &st); err != nil {
 		return 0, fmt.Errorf("disk file %s: %w", path, err)
 	}
-	free := int64(st.Bavail) * int64(st.Bsize) // uint32 on darwin
+	free := int64(st.Bavail) * int64(st.Bsize) //nolint:unconvert // Bsize is uint32 on darwin
 	var size, allocated int64
 	fi, err := os.Stat(path)
 	switch {
