@@ -134,7 +134,39 @@ func AskIfServed(ctx context.Context, req Request) (*Response, error) {
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, AskTimeout, errNoAgent)
 	defer cancel()
-	return Ask(ctx, socket, req)
+	resp, err := Ask(ctx, socket, req)
+	if err != nil {
+		return resp, err
+	}
+	return resp, os.WriteFile(filepath.Join(filepath.Dir(socket), Prepared), nil, 0o644)
+}
+
+// Prepared is the file beside the socket that AskIfServed leaves once the
+// agent answered: processes exec'd into the container later (the
+// uploader's receiver) wait for it with WaitPrepared.
+const Prepared = "prepared"
+
+// WaitPrepared waits until the agent has answered a process of this pod
+// (AskIfServed), when the container is one it serves.
+func WaitPrepared(ctx context.Context) error {
+	socket := os.Getenv(EnvSocket)
+	if socket == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, AskTimeout, errNoAgent)
+	defer cancel()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(socket), Prepared)); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+	}
 }
 
 var errNoAgent = fmt.Errorf("vmop's node agent did not answer within %s: check that its pod runs on this node (kubectl -n vmop-system get pods -l app.kubernetes.io/name=vm-node -o wide) and read its log", AskTimeout)

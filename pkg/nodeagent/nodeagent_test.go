@@ -87,3 +87,20 @@ func TestAnswerBadRequest(t *testing.T) {
 	require.Contains(t, string(buf[:n]), `unknown field \"bogus\"`)
 	require.Error(t, <-done)
 }
+
+func TestWaitPrepared(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), Socket)
+	t.Setenv(EnvSocket, socket)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, WaitPrepared(ctx), context.DeadlineExceeded, "before the agent answered")
+
+	done := agent(t, socket, func(Request) Response { return Response{} })
+	_, err := AskIfServed(t.Context(), Request{})
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	require.NoError(t, WaitPrepared(t.Context()))
+
+	t.Setenv(EnvSocket, "")
+	require.NoError(t, WaitPrepared(t.Context()), "a container the agent does not serve waits for nothing")
+}

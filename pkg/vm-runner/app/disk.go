@@ -82,6 +82,11 @@ func newDiskReceiveCmd() *cobra.Command {
 			if err := errors.Join(missing...); err != nil {
 				return usage(diskupload.ExitUsage, err)
 			}
+			// The uploader pod's process (disk wait) has the node agent give
+			// the container its disk; this one may come first.
+			if err := nodeagent.WaitPrepared(context.Background()); err != nil {
+				return exit(diskupload.ExitFailed, err)
+			}
 			var err error
 			if check {
 				err = diskupload.Check(o)
