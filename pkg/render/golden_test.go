@@ -280,13 +280,11 @@ func TestCheckVersion(t *testing.T) {
 	}
 }
 
-// TestGoldenCoversSpec fails when a field of VirtualMachineSpec appears in
-// no valid golden case, so that a new field comes with a case.
-func TestGoldenCoversSpec(t *testing.T) {
-	want := map[string]bool{}
-	specFields(reflect.TypeFor[v1.VirtualMachineSpec](), "spec", want)
-
-	have := map[string]bool{}
+// goldenVMDocs are the VirtualMachine documents (JSON) of the valid
+// golden cases' inputs, by case.
+func goldenVMDocs(t *testing.T) map[string][][]byte {
+	t.Helper()
+	docs := map[string][][]byte{}
 	for _, name := range goldenCases(t) {
 		if strings.HasPrefix(name, "error-") {
 			continue
@@ -300,11 +298,25 @@ func TestGoldenCoversSpec(t *testing.T) {
 				break
 			}
 			require.NoError(t, err)
-			if !v1.IsVirtualMachine(d.APIVersion, d.Kind) {
-				continue
+			if v1.IsVirtualMachine(d.APIVersion, d.Kind) {
+				docs[name] = append(docs[name], d.JSON)
 			}
+		}
+	}
+	return docs
+}
+
+// TestGoldenCoversSpec fails when a field of VirtualMachineSpec appears in
+// no valid golden case, so that a new field comes with a case.
+func TestGoldenCoversSpec(t *testing.T) {
+	want := map[string]bool{}
+	specFields(reflect.TypeFor[v1.VirtualMachineSpec](), "spec", want)
+
+	have := map[string]bool{}
+	for _, docs := range goldenVMDocs(t) {
+		for _, doc := range docs {
 			var obj map[string]any
-			require.NoError(t, json.Unmarshal(d.JSON, &obj))
+			require.NoError(t, json.Unmarshal(doc, &obj))
 			valuePaths(obj["spec"], "spec", have)
 		}
 	}

@@ -1,13 +1,7 @@
 package render_test
 
 import (
-	"bytes"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,7 +11,6 @@ import (
 	"k8s.io/pod-security-admission/policy"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 )
@@ -45,23 +38,9 @@ func restrictedViolations(t *testing.T, objs *render.Objects) []string {
 func goldenVMs(t *testing.T) map[string][]*v1.VirtualMachine {
 	t.Helper()
 	vms := map[string][]*v1.VirtualMachine{}
-	for _, name := range goldenCases(t) {
-		if strings.HasPrefix(name, "error-") {
-			continue
-		}
-		in, err := os.ReadFile(filepath.Join("testdata", name, "input.yaml"))
-		require.NoError(t, err)
-		r := manifest.NewReader(bytes.NewReader(in))
-		for {
-			d, err := r.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			require.NoError(t, err)
-			if !v1.IsVirtualMachine(d.APIVersion, d.Kind) {
-				continue
-			}
-			vm, err := v1.DecodeJSON(d.JSON)
+	for name, docs := range goldenVMDocs(t) {
+		for _, doc := range docs {
+			vm, err := v1.DecodeJSON(doc)
 			require.NoError(t, err)
 			vms[name] = append(vms[name], vm)
 		}
