@@ -3,7 +3,6 @@ package runner
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -98,38 +97,9 @@ func adoptFiles(dir string, uid int) error {
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) == uid {
 			return nil
 		}
-		if err := replaceByCopy(path, fi.Mode().Perm()); err != nil {
+		if err := copyFile(path, path, fi.Mode().Perm()); err != nil {
 			return fmt.Errorf("taking over %s, which another user wrote: %w (the pod's fsGroup must give the runner its data)", path, err)
 		}
 		return nil
 	})
-}
-
-// replaceByCopy replaces path by a copy of it with mode perm, made by
-// this process.
-func replaceByCopy(path string, perm fs.FileMode) error {
-	src, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = io.Copy(tmp, src)
-	if err == nil {
-		err = tmp.Chmod(perm)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -71,7 +72,7 @@ func FindFirmware(kind, dataDir string) (Firmware, error) {
 	vars := filepath.Join(dataDir, "fw-vars.fd")
 	switch kept, err := os.Stat(vars); {
 	case errors.Is(err, os.ErrNotExist):
-		if err := copyFile(fw.vars, vars); err != nil {
+		if err := copyFile(fw.vars, vars, 0o600); err != nil {
 			return Firmware{}, fmt.Errorf("firmware variables: %w", err)
 		}
 	case err != nil:
@@ -110,22 +111,32 @@ func exists(path string) bool {
 	return err == nil
 }
 
-func copyFile(from, to string) error {
+// copyFile copies from to a temporary file beside to, with mode perm,
+// then renames it over to: a copy cut off is never taken for a whole one.
+// from and to may be the same file.
+func copyFile(from, to string, perm fs.FileMode) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
 	tmp := to + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
+	defer os.Remove(tmp)
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Chmod(perm)
 	}
-	if err := out.Close(); err != nil {
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	return os.Rename(tmp, to)
