@@ -223,7 +223,7 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 			}
 			if id := statID(&st); id != served {
 				served = id
-				a.serve(ctx, ns, name, uid, dir, id)
+				a.serve(ctx, ns, name, uid, dir)
 			}
 		}
 	}()
@@ -231,13 +231,13 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 }
 
 // serve connects to a pod's socket and answers its container.
-func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir string, sock fileID) {
+func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir string) {
 	log := a.o.Log.With("pod", ns+"/"+name)
 	pod, err := a.pods.Pods(ns).Get(name)
 	if err != nil || pod.UID != uid {
 		return
 	}
-	c, err := dialIn(dir, nodeagent.Socket)
+	c, sock, err := dialIn(dir, nodeagent.Socket)
 	if err != nil {
 		log.Warn("Cannot reach the pod's socket", "err", err)
 		return
@@ -271,30 +271,32 @@ func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir s
 	}
 }
 
-// dialIn connects to the socket name in dir through descriptors: the
-// path of a kubelet's pod directory may be longer than a socket address,
-// and the pod owns dir, so name may be a link to a socket elsewhere (one
-// of the node's, through /proc/1/root), which connect would follow.
-func dialIn(dir, name string) (net.Conn, error) {
+// dialIn connects to the socket name in dir through descriptors, and
+// tells which socket it is: the path of a kubelet's pod directory may be
+// longer than a socket address, and the pod owns dir, so name may be a
+// link to a socket elsewhere (one of the node's, through /proc/1/root),
+// which connect would follow.
+func dialIn(dir, name string) (net.Conn, fileID, error) {
 	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, err
+		return nil, fileID{}, err
 	}
 	defer unix.Close(dfd)
 	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fileID{}, fmt.Errorf("%s: %w", name, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fileID{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return nil, fmt.Errorf("%s is not a socket", name)
+		return nil, fileID{}, fmt.Errorf("%s is not a socket", name)
 	}
 	d := net.Dialer{Timeout: 5 * time.Second}
-	return d.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+	c, err := d.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+	return c, statID(&st), err
 }
 
 // peer is the pid (in the agent's, the host's, PID namespace) and the

@@ -126,7 +126,9 @@ func TestTrustPeer(t *testing.T) {
 	require.NoError(t, os.Symlink(filepath.Join(a.procPath(100), "root", nodeagent.Dir, nodeagent.Socket), filepath.Join(link, nodeagent.Dir, nodeagent.Socket)))
 	fakeProc(t, a, 400)
 
-	require.NoError(t, a.trustPeer(pod, 100, nodeagent.RunnerUID, sock))
+	root, err := a.trustPeer(pod, 100, nodeagent.RunnerUID, sock)
+	require.NoError(t, err)
+	require.NoError(t, unix.Close(root), "trustPeer returns the container's root, open")
 	for _, tc := range []struct {
 		pid, uid int
 		want     string
@@ -136,7 +138,7 @@ func TestTrustPeer(t *testing.T) {
 		{201, nodeagent.RunnerUID, "the asking process 201 is not in pod ns/vm-0"},
 		{400, nodeagent.RunnerUID, "the asking process 400 is not in pod ns/vm-0"},
 	} {
-		err := a.trustPeer(pod, tc.pid, tc.uid, sock)
+		_, err := a.trustPeer(pod, tc.pid, tc.uid, sock)
 		require.ErrorIs(t, err, errRefused, "pid %d", tc.pid)
 		require.ErrorContains(t, err, tc.want)
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"strings"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -34,10 +33,12 @@ func (h *handler) handle(_ context.Context, req nodeagent.Request) (nodeagent.Re
 	if err := h.a.trustPod(h.pod); err != nil {
 		return nodeagent.Response{}, err
 	}
-	if err := h.a.trustPeer(h.pod, h.pid, h.uid, h.sock); err != nil {
+	root, err := h.a.trustPeer(h.pod, h.pid, h.uid, h.sock)
+	if err != nil {
 		return nodeagent.Response{}, err
 	}
-	if err := h.ownDevices(); err != nil {
+	defer unix.Close(root)
+	if err := h.ownDevices(root); err != nil {
 		return nodeagent.Response{}, err
 	}
 	var resp nodeagent.Response
@@ -61,18 +62,13 @@ func (h *handler) handle(_ context.Context, req nodeagent.Request) (nodeagent.Re
 // makes them with the node's owners (root), which a non-root qemu could
 // not open. Paths are resolved inside the container's root, never
 // following a link, so that the container can name nothing else.
-func (h *handler) ownDevices() error {
+func (h *handler) ownDevices(root int) error {
 	paths := append([]string{}, agentDevices...)
 	for _, c := range append(append([]corev1.Container{}, h.pod.Spec.InitContainers...), h.pod.Spec.Containers...) {
 		for _, d := range c.VolumeDevices {
 			paths = append(paths, d.DevicePath)
 		}
 	}
-	root, err := unix.Open(h.a.procPath(h.pid, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("the root of the asking container: %w", err)
-	}
-	defer unix.Close(root)
 	for _, p := range paths {
 		if err := ownDevice(root, p); err != nil {
 			return err
@@ -84,10 +80,7 @@ func (h *handler) ownDevices() error {
 // ownDevice makes the device at path under root the runner's, if the
 // container has it.
 func ownDevice(root int, path string) error {
-	fd, err := unix.Openat2(root, strings.TrimPrefix(path, "/"), &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, st, err := openInRoot(root, path)
 	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
@@ -95,10 +88,6 @@ func ownDevice(root int, path string) error {
 		return fmt.Errorf("device %s: %w", path, err)
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("device %s: %w", path, err)
-	}
 	if t := st.Mode & unix.S_IFMT; t != unix.S_IFCHR && t != unix.S_IFBLK {
 		return refuse("%s is not a device", path)
 	}

@@ -100,42 +100,48 @@ func statID(st *unix.Stat_t) fileID {
 }
 
 // trustPeer says whether process pid, which offered the socket sock as
-// uid, is a container of the pod running as the runner's user. That it is
-// the pod's: it sees sock, in the pod's emptyDir, at the path where the
-// pod's containers mount it, and only that pod's containers mount that
-// emptyDir; trustPod made sure the pod shares no namespace of the node.
-// (Cgroup paths need not name the pod: that depends on the kubelet's
-// cgroup driver. The node's pid 1 need not show its namespaces, even to
-// root.)
-func (a *Agent) trustPeer(pod *corev1.Pod, pid, uid int, sock fileID) error {
+// uid, is a container of the pod running as the runner's user, and
+// returns that container's root, opened, for the work that follows. That
+// it is the pod's: it sees sock, in the pod's emptyDir, at the path where
+// the pod's containers mount it, and only that pod's containers mount
+// that emptyDir; trustPod made sure the pod shares no namespace of the
+// node. (Cgroup paths need not name the pod: that depends on the
+// kubelet's cgroup driver. The node's pid 1 need not show its namespaces,
+// even to root.)
+func (a *Agent) trustPeer(pod *corev1.Pod, pid, uid int, sock fileID) (root int, err error) {
 	if uid != nodeagent.RunnerUID {
-		return refuse("the process that asks runs as uid %d, not the runner's %d", uid, nodeagent.RunnerUID)
+		return -1, refuse("the process that asks runs as uid %d, not the runner's %d", uid, nodeagent.RunnerUID)
 	}
-	root, err := unix.Open(a.procPath(pid, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err = unix.Open(a.procPath(pid, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("the root of the asking process %d: %w", pid, err)
+		return -1, fmt.Errorf("the root of the asking process %d: %w", pid, err)
 	}
-	defer unix.Close(root)
-	seen, err := statIn(root, filepath.Join(nodeagent.Dir, nodeagent.Socket))
-	if err != nil || seen != sock {
-		return refuse("the asking process %d is not in pod %s/%s: it does not have the pod's socket at %s", pid, pod.Namespace, pod.Name, nodeagent.Dir)
+	fd, st, err := openInRoot(root, filepath.Join(nodeagent.Dir, nodeagent.Socket))
+	if err == nil {
+		unix.Close(fd)
 	}
-	return nil
+	if err != nil || statID(&st) != sock {
+		unix.Close(root)
+		return -1, refuse("the asking process %d is not in pod %s/%s: it does not have the pod's socket at %s", pid, pod.Namespace, pod.Name, nodeagent.Dir)
+	}
+	return root, nil
 }
 
-// statIn identifies the file at path inside root, following no link.
-func statIn(root int, path string) (fileID, error) {
+// openInRoot opens path inside the directory root (O_PATH), as if root
+// were "/", following no link, and stats it: a container's paths, seen
+// from the node, name nothing outside the container.
+func openInRoot(root int, path string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
 	fd, err := unix.Openat2(root, strings.TrimPrefix(path, "/"), &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return fileID{}, err
+		return -1, st, err
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fileID{}, err
+		unix.Close(fd)
+		return -1, st, err
 	}
-	return statID(&st), nil
+	return fd, st, nil
 }
