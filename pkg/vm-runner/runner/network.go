@@ -68,10 +68,11 @@ func (r *Runner) podNetOptions() (*podnet.Options, error) {
 	return o, nil
 }
 
-// askNodeAgent has vmop's node agent give an unprivileged runner its
-// devices and make the pod network (kept for setUpPodNetwork); nothing
-// in a privileged pod, which the agent does not serve.
-func (r *Runner) askNodeAgent(ctx context.Context) error {
+// preparePod readies what qemu needs of the pod before anything opens
+// it: vmop's node agent gives an unprivileged runner its devices and
+// makes the guest's side of the pod network; a privileged runner (which
+// the agent does not serve) makes that network itself.
+func (r *Runner) preparePod(ctx context.Context) error {
 	o, err := r.podNetOptions()
 	if err != nil {
 		return &ExitError{Code: runnerconfig.ExitNetwork, Err: err}
@@ -81,33 +82,29 @@ func (r *Runner) askNodeAgent(ctx context.Context) error {
 	if err != nil {
 		return &ExitError{Code: runnerconfig.ExitNodeAgent, Err: err}
 	}
-	if resp != nil {
+	switch {
+	case resp != nil:
 		r.log.Info("Node agent answered", "took", time.Since(asked).Round(time.Millisecond), "podNetwork", o != nil)
-	}
-	if resp != nil && o != nil {
-		if resp.PodNetwork == nil {
+		if o != nil && resp.PodNetwork == nil {
 			return &ExitError{Code: runnerconfig.ExitNodeAgent, Err: errors.New("pod network: the node agent made none")}
 		}
 		r.podNet = resp.PodNetwork
+	case o != nil:
+		if r.podNet, err = podnet.Setup(*o); err != nil {
+			return &ExitError{Code: runnerconfig.ExitNetwork, Err: fmt.Errorf("pod network: %w", err)}
+		}
 	}
 	return nil
 }
 
-// setUpPodNetwork makes the guest's side of the pod's network, unless the
-// node agent did, and serves the guest its address by DHCP until ctx
-// ends; nothing without a pod network.
-func (r *Runner) setUpPodNetwork(ctx context.Context) error {
-	o, err := r.podNetOptions()
-	if err != nil || o == nil {
-		return err
-	}
-	n := r.config.VM.PodNetwork()
+// servePodNetwork serves the guest its address on the pod network by DHCP
+// until ctx ends; nothing without a pod network.
+func (r *Runner) servePodNetwork(ctx context.Context) error {
 	pn := r.podNet
 	if pn == nil {
-		if pn, err = podnet.Setup(*o); err != nil {
-			return fmt.Errorf("pod network: %w", err)
-		}
+		return nil
 	}
+	n := r.config.VM.PodNetwork()
 	mac, err := net.ParseMAC(n.MAC)
 	if err != nil {
 		return fmt.Errorf("pod network: mac %q: %w", n.MAC, err)
@@ -126,7 +123,7 @@ func (r *Runner) setUpPodNetwork(ctx context.Context) error {
 			r.log.Error("The guest's DHCP server stopped: the guest gets no address on the pod network", "err", err)
 		}
 	}()
-	r.podNet, r.podMAC = pn, n.MAC
+	r.podMAC = n.MAC
 	r.log.Info("Guest on the pod network", "podIP", pn.PodIP, "guest", pn.Guest, "uplink", pn.Uplink, "mtu", pn.MTU)
 	return nil
 }

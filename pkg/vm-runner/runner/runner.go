@@ -206,7 +206,7 @@ func (r *Runner) launch(ctx context.Context) error {
 	}
 	// First: the agent gives the runner its devices, which the checks
 	// below and qemu open.
-	if err := r.askNodeAgent(ctx); err != nil {
+	if err := r.preparePod(ctx); err != nil {
 		return err
 	}
 	if err := adoptFiles(r.dataDir, os.Getuid()); err != nil {
@@ -258,7 +258,7 @@ func (r *Runner) launch(ctx context.Context) error {
 	if err := checkTapNetworks(&c.VM); err != nil {
 		return &ExitError{Code: runnerconfig.ExitNetwork, Err: err}
 	}
-	if err := r.setUpPodNetwork(ctx); err != nil {
+	if err := r.servePodNetwork(ctx); err != nil {
 		return &ExitError{Code: runnerconfig.ExitNetwork, Err: err}
 	}
 	args, err := tmpl.Args(m)
