@@ -138,20 +138,12 @@ func cpuTime(b testing.TB, pid int) time.Duration {
 // runnerLogDuration is the duration attribute attr of the runner's log
 // line msg.
 func runnerLogDuration(b testing.TB, ns, vm, msg, attr string) time.Duration {
-	out := kubectl(b, "", "logs", "-n", ns, vm+"-0")
-	for _, line := range strings.Split(out, "\n") {
-		if !strings.Contains(line, `msg="`+msg+`"`) {
-			continue
-		}
-		for _, f := range strings.Fields(line) {
-			if v, ok := strings.CutPrefix(f, attr+"="); ok {
-				if d, err := time.ParseDuration(v); err == nil {
-					return d
-				}
-			}
+	for _, v := range runnerLogAttrs(b, ns, vm, msg, attr) {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
 		}
 	}
-	b.Fatalf("no %s=DURATION in the runner's log line %q of %s/%s:\n%s", attr, msg, ns, vm, out)
+	b.Fatalf("no %s=DURATION in the runner's log line %q of %s/%s", attr, msg, ns, vm)
 	return 0
 }
 

@@ -6,7 +6,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -239,21 +238,34 @@ func waitConsole(t testing.TB, ns, vm, prefix string, timeout time.Duration) str
 	return found
 }
 
+// runnerLogAttrs are the values of attribute attr in the runner's log
+// lines (logfmt) whose message is msg, in order; none when the logs
+// cannot be read.
+func runnerLogAttrs(t testing.TB, ns, vm, msg, attr string) []string {
+	t.Helper()
+	out, _, err := kubectlResult(t.Context(), "", "logs", "-n", ns, vm+"-0")
+	if err != nil {
+		return nil
+	}
+	var vals []string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, `msg="`+msg+`"`) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, attr+"="); ok {
+				vals = append(vals, v)
+			}
+		}
+	}
+	return vals
+}
+
 // runnerLogTime returns the time of the runner's first log line after
 // since whose message is msg, from kubectl logs.
 func runnerLogTime(t testing.TB, ns, vm, msg string, since time.Time) (time.Time, bool) {
 	t.Helper()
-	out, _, err := kubectlResult(t.Context(), "", "logs", "-n", ns, vm+"-0")
-	if err != nil {
-		return time.Time{}, false
-	}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, `msg="`+msg+`"`) {
-			continue
-		}
-		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+	for _, ts := range runnerLogAttrs(t, ns, vm, msg, "time") {
 		at, err := time.Parse(time.RFC3339Nano, ts)
 		if err == nil && !at.Before(since) {
 			return at, true
