@@ -66,6 +66,9 @@ if [ -e /sys/class/net/eth0 ]; then
 	*) ip addr add 10.0.2.15/24 dev eth0 ;;
 	esac
 	nc -ll -p 7 -e cat &
+	# The line promises a listener: wait for port 7 (0007) in state LISTEN
+	# (0A), on IPv4 or dual-stack, before saying so.
+	until grep -qs ':0007 [0-9A-F]*:0000 0A' /proc/net/tcp /proc/net/tcp6; do sleep 0.05; done
 	echo "TESTGUEST ECHO 7"
 fi
 
