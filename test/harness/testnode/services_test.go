@@ -66,11 +66,23 @@ func testServices(t *testing.T, n *Node, before map[string]string) {
 	require.NoError(t, err, "NodePort %s", nodePort)
 	require.Equal(t, "server\n", answer)
 
-	client := runPod(t, n, netcheckPod("client", "dial", clusterIP), corev1.PodSucceeded, corev1.PodFailed)
-	logs, err := n.Client.CoreV1().Pods("default").GetLogs("client", &corev1.PodLogOptions{}).DoRaw(ctx)
+	// From pods: at the ClusterIP, and by name through the cluster's DNS
+	// (the short name in the pod's namespace, and the full one).
+	for name, addr := range map[string]string{
+		"client": clusterIP, "client-short": "netcheck:80", "client-fqdn": "netcheck.default.svc." + ClusterDomain + ":80",
+	} {
+		client := runPod(t, n, netcheckPod(name, "dial", addr), corev1.PodSucceeded, corev1.PodFailed)
+		logs, err := n.Client.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		require.NoError(t, err)
+		require.Equal(t, corev1.PodSucceeded, client.Status.Phase, "%s pod's log: %s", name, logs)
+		require.Equal(t, "server\n", string(logs), "%s dialled %s", name, addr)
+	}
+	// The cluster's DNS forwards nothing: a name of the world is unknown.
+	outside := runPod(t, n, netcheckPod("client-outside", "dial", "deb.debian.org:80"), corev1.PodSucceeded, corev1.PodFailed)
+	logs, err := n.Client.CoreV1().Pods("default").GetLogs(outside.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	require.NoError(t, err)
-	require.Equal(t, corev1.PodSucceeded, client.Status.Phase, "client pod's log: %s", logs)
-	require.Equal(t, "server\n", string(logs))
+	require.Equal(t, corev1.PodFailed, outside.Status.Phase, "client-outside's log: %s", logs)
+	require.Contains(t, string(logs), "no such host")
 
 	require.Equal(t, before[proxySysctls], hostSnapshot(t)[proxySysctls], "sysctls while kube-proxy runs")
 }

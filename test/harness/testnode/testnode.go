@@ -106,6 +106,7 @@ type Node struct {
 	kubeletArgs    []string
 	kubeletHealthz string
 	host           hostState
+	dns            *clusterDNS
 	unlock         func()
 }
 
@@ -188,6 +189,9 @@ func start(ctx context.Context, opts Options) (n *Node, err error) {
 	n.Client = n.Cluster.Client()
 	if err = n.routeServices(); err != nil {
 		return n, err
+	}
+	if n.dns, err = startClusterDNS(n.Client); err != nil {
+		return n, fmt.Errorf("cluster DNS: %w", err)
 	}
 	if err = n.startContainerd(ctx, opts.Images); err != nil {
 		return n, err
@@ -375,7 +379,9 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%%, imagefs.available
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, IP, ports[0], ports[1], n.Containerd.Socket, filepath.Join(n.dir, "pod-logs"))
+clusterDNS: [%s]
+clusterDomain: %s
+`, IP, ports[0], ports[1], n.Containerd.Socket, filepath.Join(n.dir, "pod-logs"), IP, ClusterDomain)
 	configFile := filepath.Join(n.dir, "kubelet.yaml")
 	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
 		return err
@@ -447,6 +453,9 @@ func (n *Node) Stop() error {
 		killContainers([]string{n.dir})
 		errs = append(errs, n.Containerd.Stop())
 		removePodNetworks()
+	}
+	if n.dns != nil {
+		n.dns.stop()
 	}
 	if n.Cluster != nil {
 		n.Cluster.Stop()
