@@ -1,5 +1,5 @@
 // Package argocd is vmop's Argo CD health check for VirtualMachines:
-// health.lua, installed by the argocd-cm.yaml snippet, and Health, which
+// health.lua, installed by examples/argocd/vmop/argocd-cm.yaml, and Health, which
 // runs it as Argo CD runs a health script from argocd-cm, so that Go tests
 // check what Argo CD will run.
 package argocd

@@ -40,7 +40,7 @@ func TestFixtures(t *testing.T) {
 // TestSnippet: the argocd-cm snippet installs exactly health.lua, under
 // the key Argo CD looks up for the VirtualMachine kind.
 func TestSnippet(t *testing.T) {
-	b, err := os.ReadFile("argocd-cm.yaml")
+	b, err := os.ReadFile("../../examples/argocd/vmop/argocd-cm.yaml")
 	require.NoError(t, err)
 	var cm corev1.ConfigMap
 	require.NoError(t, yaml.UnmarshalStrict(b, &cm))

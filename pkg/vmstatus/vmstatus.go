@@ -50,6 +50,10 @@ func FromPod(pod *corev1.Pod, want bool, restartHash string) Conditions {
 	if pod == nil {
 		if want {
 			c.Running = Condition(v1.ConditionRunning, false, v1.ReasonStarting, "Waiting for the runner pod.")
+		} else {
+			// Ready as asked: kstatus (Flux's wait, Helm's) takes a
+			// False Ready for work in progress, which a stopped VM is not.
+			c.Ready = Condition(v1.ConditionReady, true, v1.ReasonStopped, "The VM is stopped, as its spec says.")
 		}
 		return c
 	}

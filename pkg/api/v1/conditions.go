@@ -11,6 +11,10 @@ const (
 	// ConditionSpecWarnings is True while the spec asks for something it
 	// does not get as written (the warnings of kubectl vm render).
 	ConditionSpecWarnings = "SpecWarnings"
+	// ConditionStalled is Failed under the name kstatus knows (Flux's
+	// health checks, Helm's --wait): True, a VM that failed fails them at
+	// once rather than at their timeout.
+	ConditionStalled = "Stalled"
 )
 
 // Condition types that vm-runner owns (pkg/vm-runner/reporter writes them; their

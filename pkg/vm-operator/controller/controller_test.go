@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	kstatus "github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -254,6 +255,22 @@ func conditions(st opStatus) []string {
 	return out
 }
 
+// kstatusOf is how kstatus, the library of Flux's health checks, reads a
+// VM whose status is st (of its latest generation).
+func kstatusOf(t *testing.T, st opStatus) kstatus.Status {
+	t.Helper()
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+	require.NoError(t, err)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1.APIVersion, "kind": v1.Kind,
+		"metadata": map[string]any{"name": "vm", "generation": st.ObservedGeneration},
+		"status":   raw,
+	}}
+	res, err := kstatus.Compute(u)
+	require.NoError(t, err)
+	return res.Status
+}
+
 func condition(t *testing.T, st opStatus, typ string) metav1.Condition {
 	t.Helper()
 	c := findCondition(st.Conditions, typ)
@@ -326,6 +343,7 @@ func TestReconcileNewRunningVM(t *testing.T) {
 		"RestartRequired=False UpToDate: The VM runs with its current spec.",
 		"Failed=False NoFailure: ",
 		"SpecWarnings=False NoWarnings: ",
+		"Stalled=False NoFailure: ",
 	}, conditions(st))
 	for _, c := range st.Conditions {
 		require.Equal(t, int64(3), c.ObservedGeneration, c.Type)
@@ -400,6 +418,8 @@ func TestReconcileStoppedVMScalesToZero(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int32(0), *sts.Spec.Replicas)
 	require.Equal(t, "Running=False Stopped: The VM is stopped.", conditions(f.status())[0])
+	require.Equal(t, "Ready=True Stopped: The VM is stopped, as its spec says.", conditions(f.status())[1])
+	require.Equal(t, kstatus.CurrentStatus, kstatusOf(t, f.status()), "a VM stopped as asked is done for Flux")
 	require.Equal(t, []string{"Normal Updated Updated StatefulSet vm", "Normal Stopped The VM is stopped."}, f.recorded())
 }
 
@@ -533,12 +553,15 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		running string
 		ready   metav1.ConditionStatus
 		failed  string
+		// kstatus is how Flux's health checks read the VM.
+		kstatus kstatus.Status
 	}{{
 		name:    "pending",
 		pod:     func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending },
 		running: "Running=False Starting: The runner pod is pending.",
 		ready:   metav1.ConditionFalse,
 		failed:  "Failed=False NoFailure: ",
+		kstatus: kstatus.InProgressStatus,
 	}, {
 		name: "running and ready",
 		pod: func(p *corev1.Pod) {
@@ -550,6 +573,7 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		running: "Running=True Running: The runner pod runs on n1.",
 		ready:   metav1.ConditionTrue,
 		failed:  "Failed=False NoFailure: ",
+		kstatus: kstatus.CurrentStatus,
 	}, {
 		name: "qemu refused",
 		pod: func(p *corev1.Pod) {
@@ -564,6 +588,7 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		running: "Running=True Running: The runner pod runs on n1.",
 		ready:   metav1.ConditionFalse,
 		failed:  "Failed=True QemuFailed: qemu: no KVM (2 restarts).",
+		kstatus: kstatus.FailedStatus,
 	}, {
 		name: "crash loop",
 		pod: func(p *corev1.Pod) {
@@ -579,6 +604,7 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		running: "Running=True Running: The runner pod runs on n1.",
 		ready:   metav1.ConditionFalse,
 		failed:  "Failed=True RunnerCrashLoop: The runner failed 3 times; last exit code 4: qemu ended.",
+		kstatus: kstatus.FailedStatus,
 	}, {
 		name: "no node agent",
 		pod: func(p *corev1.Pod) {
@@ -592,6 +618,7 @@ func TestReconcileStatusFromPod(t *testing.T) {
 			"(the scheduler: 0/1 nodes are available: 1 Insufficient devices.vmop.io/vm.). Install the node agent with kubectl vm install " +
 			"(kubectl vm install --node-agent-only where no operator runs, e.g. GitOps), and check that its DaemonSet vm-node " +
 			"in namespace vmop-system is ready on the VM's node: kubectl get daemonset -n vmop-system vm-node",
+		kstatus: kstatus.FailedStatus,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -620,6 +647,7 @@ func TestReconcileStatusFromPod(t *testing.T) {
 			require.Equal(t, tc.ready, condition(t, st, v1.ConditionReady).Status)
 			require.Equal(t, tc.failed, conditions(st)[3])
 			require.Equal(t, metav1.ConditionFalse, condition(t, st, v1.ConditionRestartRequired).Status)
+			require.Equal(t, tc.kstatus, kstatusOf(t, st))
 			if failed := condition(t, st, v1.ConditionFailed); failed.Status == metav1.ConditionTrue {
 				require.Contains(t, f.recorded(), "Warning "+failed.Reason+" "+failed.Message, "a failure is an event on the VM")
 			}

@@ -121,6 +121,19 @@ func (c *Controller) createFailure(ctx context.Context, sts *appsv1.StatefulSet)
 	return f, ok, nil
 }
 
+// withStalled adds to cs (or replaces in it) the Stalled condition, a copy
+// of Failed under kstatus's name.
+func withStalled(cs []metav1.Condition) []metav1.Condition {
+	f := findCondition(cs, v1.ConditionFailed)
+	if f == nil {
+		return cs
+	}
+	stalled := *f
+	stalled.Type = v1.ConditionStalled
+	cs = slices.DeleteFunc(slices.Clone(cs), func(c metav1.Condition) bool { return c.Type == v1.ConditionStalled })
+	return append(cs, stalled)
+}
+
 // invalidStatus is the status of a VM whose spec cannot be rendered.
 func invalidStatus(u *unstructured.Unstructured, err error) opStatus {
 	return failedStatus(u, v1.ReasonInvalidSpec, err.Error())
@@ -141,6 +154,7 @@ func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructur
 	if err != nil {
 		return err
 	}
+	st.Conditions = withStalled(st.Conditions)
 	key := statusKey(u.GetNamespace(), u.GetName())
 	hash, err := statusHash(st)
 	if err != nil {
@@ -201,7 +215,7 @@ func currentStatus(u *unstructured.Unstructured) (opStatus, error) {
 	}
 	st.ObservedGeneration, st.Node = full.ObservedGeneration, full.Node
 	for _, cd := range full.Conditions {
-		if slices.Contains([]string{v1.ConditionRunning, v1.ConditionReady, v1.ConditionRestartRequired, v1.ConditionFailed, v1.ConditionSpecWarnings}, cd.Type) {
+		if slices.Contains([]string{v1.ConditionRunning, v1.ConditionReady, v1.ConditionRestartRequired, v1.ConditionFailed, v1.ConditionSpecWarnings, v1.ConditionStalled}, cd.Type) {
 			st.Conditions = append(st.Conditions, cd)
 		}
 	}

@@ -73,8 +73,9 @@ GitOps mode derived from the pod. CPUS and RAM are what the runner reports
 in use, or in parentheses the spec's current values when nothing is
 reported (a stopped VM, or GitOps mode, where the runner has no
 VirtualMachine to report to). CONSOLE is the address of the connected
-SPICE client. -o wide adds MODE (operator or gitops), READY and IP (the
-guest's first address, from its agent).
+SPICE client. -o wide adds MODE (operator or gitops), READY (the Ready condition: qemu
+runs the VM, or it is stopped as its spec says) and IP (the guest's first
+address, from its agent).
 
 -o yaml and -o json print a v1 List of the VirtualMachines and, for VMs in
 GitOps mode, their StatefulSets.`,
