@@ -1,13 +1,8 @@
 #!/usr/bin/env bash
 # Builds the root file system of the vm-runner image from Debian 13 (trixie)
-# packages with mmdebstrap into DIR, and prints DIR. Without DIR it builds
-# into a cache (~/.cache/vmop/images, keyed by this script) once per
-# machine: ~1 minute. The packages are extracted, not installed: no
-# maintainer script runs, so no shell, apt or dpkg is needed in the image,
-# and the few files those scripts would make are made here.
-#
-# The mirror is the one the machine's apt uses (VMOP_DEBIAN_MIRROR
-# overrides it); the suites are trixie, trixie-updates and trixie-security.
+# packages (extracted by hack/debian-root.sh) into DIR, and prints DIR.
+# Without DIR it builds into a cache (~/.cache/vmop/images, keyed by the
+# scripts) once per machine: ~1 minute.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -35,13 +30,11 @@ drop_paths=(usr/lib/x86_64-linux-gnu/qemu/block-rbd.so usr/lib/x86_64-linux-gnu/
 	usr/lib/x86_64-linux-gnu/gbm
 	# qemu-utils' tools beside qemu-img.
 	usr/bin/qemu-io usr/bin/qemu-nbd usr/bin/qemu-storage-daemon
-	# Documentation, translations, and data only shown to people.
-	usr/share/doc usr/share/man usr/share/info usr/share/locale usr/share/lintian usr/share/bug
-	usr/share/iso-codes usr/share/xml/iso-codes
-	# What apt left, and the host's files mmdebstrap copies in.
-	etc/apt var/lib/apt var/cache var/log etc/resolv.conf etc/hostname)
+	# Data only shown to people (debian-root.sh drops documentation and
+	# translations).
+	usr/share/iso-codes usr/share/xml/iso-codes)
 
-key=$(cat "$0" "$here/runner-root-hook.sh" | sha256sum | cut -c1-16)
+key=$(cat "$0" "$here/debian-root.sh" "$here/debian-root-hook.sh" | sha256sum | cut -c1-16)
 out=${1:-}
 if [ -z "$out" ]; then
 	cache=${VMOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop}/images
@@ -55,25 +48,13 @@ if [ -z "$out" ]; then
 	fi
 fi
 
-mirror=${VMOP_DEBIAN_MIRROR:-}
-if [ -z "$mirror" ]; then
-	mirror=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\)\/*$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
-	[ -n "$mirror" ] || mirror=$(sed -n 's/^deb[[:space:]]\+\(http[^[:space:]]*\/debian\)\/*[[:space:]].*/\1/p' /etc/apt/sources.list 2>/dev/null | head -1)
-	[ -n "$mirror" ] || mirror=http://deb.debian.org/debian
-fi
-
-command -v mmdebstrap >/dev/null || { echo "mmdebstrap not found: run hack/install-deps.sh" >&2; exit 1; }
 tmp=$out.tmp
 rm -rf "$tmp" "$out"
-mkdir -p "$(dirname "$out")"
-echo "building the vm-runner root from trixie at $mirror into $out" >&2
-# A fixed time: the root changes only when its packages do, so its layer
-# is shared between vmop versions.
-SOURCE_DATE_EPOCH=1767225600 mmdebstrap --quiet --variant=extract \
-	--include="$(IFS=,; echo "${packages[*]}")" \
-	--extract-hook="$here/runner-root-hook.sh \"\$1\" ${drop_packages[*]}" \
-	trixie "$tmp" \
-	"deb $mirror trixie main" "deb $mirror trixie-updates main" "deb ${mirror%/debian}/debian-security trixie-security main" >&2
+echo "building the vm-runner root into $out" >&2
+"$here/debian-root.sh" "$tmp" "${packages[@]}" -- "${drop_packages[@]}"
 for p in "${drop_paths[@]}"; do rm -rf "${tmp:?}/$p"; done
+# Tap networks: qemu-bridge-helper may attach to any bridge the pod has.
+mkdir -p "$tmp/etc/qemu"
+echo "allow all" > "$tmp/etc/qemu/bridge.conf"
 mv "$tmp" "$out"
 echo "$out"

@@ -26,8 +26,10 @@ type Config struct {
 	Entrypoint []string
 	Env        []string
 	// User is a numeric "uid:gid"; empty means root.
-	User   string
-	Labels map[string]string
+	User string
+	// WorkingDir is where the entrypoint starts; empty means /.
+	WorkingDir string
+	Labels     map[string]string
 }
 
 // Image is an OCI image (manifest and config of OCI media types) for
@@ -49,11 +51,15 @@ func Image(layers []v1.Layer, cfg Config, created time.Time) (v1.Image, error) {
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS = "amd64", "linux"
 	cf.Created = v1.Time{Time: created}
+	wd := cfg.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
 	cf.Config = v1.Config{
 		Entrypoint: cfg.Entrypoint,
 		Env:        cfg.Env,
 		User:       cfg.User,
-		WorkingDir: "/",
+		WorkingDir: wd,
 		Labels:     cfg.Labels,
 	}
 	return mutate.ConfigFile(img, cf)

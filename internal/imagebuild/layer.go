@@ -1,5 +1,6 @@
 // Package imagebuild assembles vmop's container images (vm-runner,
-// vm-operator and the kubectl-vm KRM function) without a container engine:
+// vm-operator and the kubectl-vm KRM function), and the tests' images of
+// binaries built elsewhere (Prebuilt), without a container engine:
 // layers are tar files written here, images and archives are made with
 // go-containerregistry. The same inputs give the same digests: entries are
 // sorted, times clamped, owners numeric, and nothing of the build machine
@@ -33,6 +34,9 @@ type File struct {
 	Mode fs.FileMode
 	// Data is a regular file's content, or a symlink's target.
 	Data []byte
+	// Source, if set, is a file whose content a regular file has instead
+	// of Data: binaries of hundreds of MB are not read into memory.
+	Source string
 	// UID and GID own the entry.
 	UID, GID int
 }
@@ -64,6 +68,11 @@ func FilesLayer(dir string, files []File, epoch time.Time) (v1.Layer, error) {
 				h.Typeflag, h.Name = tar.TypeDir, p+"/"
 			case f.Mode&fs.ModeSymlink != 0:
 				h.Typeflag, h.Linkname = tar.TypeSymlink, string(f.Data)
+			case f.Source != "":
+				if err := writeSource(tw, h, f.Source); err != nil {
+					return err
+				}
+				continue
 			default:
 				h.Typeflag, h.Size = tar.TypeReg, int64(len(f.Data))
 			}
@@ -78,6 +87,25 @@ func FilesLayer(dir string, files []File, epoch time.Time) (v1.Layer, error) {
 		}
 		return nil
 	})
+}
+
+// writeSource writes h as a regular file with the content of the file src.
+func writeSource(tw *tar.Writer, h *tar.Header, src string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	h.Typeflag, h.Size = tar.TypeReg, info.Size()
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, f)
+	return err
 }
 
 // DirLayer is a layer of the tree at root: entries in name order, times

@@ -96,23 +96,18 @@ var images = []image{
 
 // Build builds every image into o.Out.
 func Build(o Options) ([]Built, error) {
-	if err := os.MkdirAll(o.Out, 0o755); err != nil {
-		return nil, err
-	}
-	work, err := os.MkdirTemp(o.Out, ".build-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(work)
 	var built []Built
-	for _, im := range images {
-		b, err := im.build(o, work)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", im.name, err)
+	err := inWork(o, func(work string) error {
+		for _, im := range images {
+			b, err := im.build(o, work)
+			if err != nil {
+				return fmt.Errorf("%s: %w", im.name, err)
+			}
+			built = append(built, b)
 		}
-		built = append(built, b)
-	}
-	return built, nil
+		return nil
+	})
+	return built, err
 }
 
 func (im image) build(o Options, work string) (Built, error) {
@@ -129,44 +124,78 @@ func (im image) build(o Options, work string) (Built, error) {
 	if err != nil {
 		return Built{}, err
 	}
-	var layers []v1.Layer
+	var base v1.Layer
 	if im.base != nil {
-		l, err := im.base(o, work)
+		if base, err = im.base(o, work); err != nil {
+			return Built{}, err
+		}
+	}
+	files := []File{{Path: im.at, Mode: 0o755, Source: bin}}
+	for _, d := range im.dirs {
+		files = append(files, File{Path: d, Mode: fs.ModeDir | 0o755})
+	}
+	return assemble(o, work, parts{
+		name: im.name, ref: ref, base: base, files: files,
+		config: Config{
+			Entrypoint: []string{"/" + im.at},
+			Env:        []string{debianPath},
+			User:       im.user,
+			Labels:     labels(o, im.name, im.description, "https://github.com/vmop/vmop", tag),
+		},
+	})
+}
+
+// debianPath is the PATH of the images: Debian's default, which also
+// finds binaries in /usr/local/bin.
+const debianPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+
+// labels are an image's OCI annotations.
+func labels(o Options, title, description, source, tag string) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":       title,
+		"org.opencontainers.image.description": description,
+		"org.opencontainers.image.version":     tag,
+		"org.opencontainers.image.revision":    o.Revision,
+		"org.opencontainers.image.source":      source,
+		"org.opencontainers.image.created":     o.Created.UTC().Format(time.RFC3339),
+	}
+}
+
+// parts are what an image is made of once its binary exists: vmop's
+// images (built from the module) and Prebuilt's differ only in that step.
+type parts struct {
+	// name names the archive, <name>.tar in o.Out.
+	name string
+	ref  name.Tag
+	// base is a layer under files; nil for none.
+	base  v1.Layer
+	files []File
+	// config is what the image runs.
+	config Config
+}
+
+// assemble writes the image of p into o.Out, its layers in work.
+func assemble(o Options, work string, p parts) (Built, error) {
+	var layers []v1.Layer
+	if p.base != nil {
+		layers = append(layers, p.base)
+	}
+	if len(p.files) > 0 {
+		l, err := FilesLayer(work, p.files, o.Created)
 		if err != nil {
 			return Built{}, err
 		}
 		layers = append(layers, l)
 	}
-	files := []File{{Path: im.at, Mode: 0o755, Data: bin}}
-	for _, d := range im.dirs {
-		files = append(files, File{Path: d, Mode: fs.ModeDir | 0o755})
-	}
-	l, err := FilesLayer(work, files, o.Created)
+	img, err := Image(layers, p.config, o.Created)
 	if err != nil {
 		return Built{}, err
 	}
-	layers = append(layers, l)
-	img, err := Image(layers, Config{
-		Entrypoint: []string{"/" + im.at},
-		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"},
-		User:       im.user,
-		Labels: map[string]string{
-			"org.opencontainers.image.title":       im.name,
-			"org.opencontainers.image.description": im.description,
-			"org.opencontainers.image.version":     tag,
-			"org.opencontainers.image.revision":    o.Revision,
-			"org.opencontainers.image.source":      "https://github.com/vmop/vmop",
-			"org.opencontainers.image.created":     o.Created.UTC().Format(time.RFC3339),
-		},
-	}, o.Created)
-	if err != nil {
+	archive := filepath.Join(o.Out, p.name+".tar")
+	if err := WriteArchive(archive, p.ref, img); err != nil {
 		return Built{}, err
 	}
-	archive := filepath.Join(o.Out, im.name+".tar")
-	if err := WriteArchive(archive, ref, img); err != nil {
-		return Built{}, err
-	}
-	return Built{Name: im.name, Ref: ref, Archive: archive, Image: img}, nil
+	return Built{Name: p.name, Ref: p.ref, Archive: archive, Image: img}, nil
 }
 
 // DevOptions are the options that build the images of the module that
@@ -204,21 +233,32 @@ func RunnerRoot(module string) (string, error) {
 // and unprivileged like the operator's: pkg is its main package (e.g. a
 // test's helper), name the image's, its binary /<name>.
 func Program(o Options, name, pkg string) (Built, error) {
+	var b Built
+	err := inWork(o, func(work string) (err error) {
+		b, err = image{name: name, pkg: pkg, at: name, user: nonRoot, description: name}.build(o, work)
+		return err
+	})
+	return b, err
+}
+
+// inWork calls build with a new working directory in o.Out (made if
+// missing) for the layers, removed after.
+func inWork(o Options, build func(work string) error) error {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
-		return Built{}, err
+		return err
 	}
 	work, err := os.MkdirTemp(o.Out, ".build-")
 	if err != nil {
-		return Built{}, err
+		return err
 	}
 	defer os.RemoveAll(work)
-	return image{name: name, pkg: pkg, at: name, user: nonRoot, description: name}.build(o, work)
+	return build(work)
 }
 
-// goBuild builds the main package pkg statically for linux/amd64 and
-// returns it. -trimpath and the commit's build info make it the same on
-// every machine.
-func goBuild(module, v, pkg, work string) ([]byte, error) {
+// goBuild builds the main package pkg statically for linux/amd64 into
+// work and returns its path. -trimpath and the commit's build info make it
+// the same on every machine.
+func goBuild(module, v, pkg, work string) (string, error) {
 	out := filepath.Join(work, path.Base(pkg))
 	cmd := exec.Command("go", "build", "-trimpath",
 		"-ldflags", "-s -w -X github.com/vmop/vmop/pkg/version.Version="+v,
@@ -226,7 +266,7 @@ func goBuild(module, v, pkg, work string) ([]byte, error) {
 	cmd.Dir = module
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
-	return os.ReadFile(out)
+	return out, nil
 }

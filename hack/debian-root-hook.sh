@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# mmdebstrap's extract hook for hack/runner-root.sh: ROOT PACKAGE... (the
-# packages to leave out). It runs while the downloaded .deb files are still
-# in ROOT's apt cache, and does what maintainer scripts would have done and
-# the image needs.
+# mmdebstrap's extract hook for the image roots of hack/runner-root.sh and
+# hack/gitops-root.sh: ROOT PACKAGE... (the packages to leave out). It runs
+# while the downloaded .deb files are still in ROOT's apt cache, and does
+# what maintainer scripts would have done and every image needs; what one
+# image alone needs its script makes.
 set -euo pipefail
 root=$1
 shift
@@ -29,9 +30,6 @@ done
 cp "$root/usr/share/base-passwd/passwd.master" "$root/etc/passwd"
 cp "$root/usr/share/base-passwd/group.master" "$root/etc/group"
 # The CA bundle that update-ca-certificates would write (libcurl reads it
-# for https CD images).
+# for https URLs: the runner's CD images, git's remotes).
 mkdir -p "$root/etc/ssl/certs"
 find "$root/usr/share/ca-certificates/mozilla" -name '*.crt' | LC_ALL=C sort | xargs cat > "$root/etc/ssl/certs/ca-certificates.crt"
-# Tap networks: qemu-bridge-helper may attach to any bridge the pod has.
-mkdir -p "$root/etc/qemu"
-echo "allow all" > "$root/etc/qemu/bridge.conf"
