@@ -35,9 +35,11 @@ unit:
 	$(GO) test -short -count=1 ./...
 
 ## Every test, after installing what they need (etcd, the control plane,
-## kubelet and kwok, qemu, mmdebstrap, containerd, runc, CNI plugins); a
-## missing one fails its tests.
+## kubelet and kwok, qemu, mmdebstrap, containerd, runc, CNI plugins) and
+## building Argo CD and Flux for the node tests (first run only, ~13
+## minutes, outside the tests' timeout); a missing one fails its tests.
 test: deps vet lint
+	hack/build-gitops.sh >/dev/null
 	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./...
 
 ## golangci-lint (its version in hack/golangci-lint.sh, built once into

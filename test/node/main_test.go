@@ -25,6 +25,7 @@ import (
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/gitops"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testnode"
 )
@@ -35,6 +36,8 @@ var (
 	binDir string
 	// impostorImage runs test/node/impostor.
 	impostorImage string
+	// gitopsBuild holds the images and manifests of Argo CD and Flux.
+	gitopsBuild gitops.Build
 )
 
 func TestMain(m *testing.M) {
@@ -124,6 +127,12 @@ func build(dir string) ([]string, error) {
 	impostorImage = impostor.Ref.String()
 	archives := []string{impostor.Archive}
 	for _, b := range built {
+		archives = append(archives, b.Archive)
+	}
+	if gitopsBuild, err = gitops.Images(o.Module); err != nil {
+		return nil, err
+	}
+	for _, b := range gitopsBuild.Images {
 		archives = append(archives, b.Archive)
 	}
 	binDir = filepath.Join(dir, "bin")

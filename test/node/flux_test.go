@@ -1,0 +1,283 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/gitops"
+	"github.com/vmop/vmop/test/harness/gitserver"
+	"github.com/vmop/vmop/test/harness/testguest"
+	"github.com/vmop/vmop/test/harness/testnode"
+)
+
+const fluxNS = "flux-system"
+
+var fluxInstall struct {
+	sync.Mutex
+	done bool
+}
+
+// installFlux installs Flux's source-controller and kustomize-controller
+// once per test binary, from the manifests of their releases (their
+// config/ trees: CRDs, Deployments, Service) with the images built here,
+// as `flux install` would, which the tests do not build: in flux-system,
+// kustomize-controller with cluster-admin (flux install's
+// cluster-reconciler binding; here both controllers share the namespace's
+// default ServiceAccount).
+func installFlux(t *testing.T) {
+	t.Helper()
+	fluxInstall.Lock()
+	defer fluxInstall.Unlock()
+	if fluxInstall.done {
+		return
+	}
+	dir := t.TempDir()
+	for _, c := range []string{"source-controller", "kustomize-controller"} {
+		out, err := exec.Command("cp", "-r", filepath.Join(gitopsBuild.Manifests(), c), filepath.Join(dir, c)).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: %[1]s
+resources:
+- source-controller/crd
+- source-controller/manager
+- kustomize-controller/crd
+- kustomize-controller/manager
+- rbac.yaml
+images:
+- name: fluxcd/source-controller
+  newName: %[2]s
+  newTag: %[3]s
+- name: fluxcd/kustomize-controller
+  newName: %[4]s
+  newTag: %[5]s
+`, fluxNS, imageName(gitops.SourceControllerImage), imageTag(gitops.SourceControllerImage),
+		imageName(gitops.KustomizeControllerImage), imageTag(gitops.KustomizeControllerImage))
+	rbac := fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: flux-reconciler
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: cluster-admin
+subjects:
+- kind: ServiceAccount
+  name: default
+  namespace: %s
+`, fluxNS)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rbac.yaml"), []byte(rbac), 0o644))
+	manifests := kubectl(t, "", "kustomize", dir)
+	kubectl(t, "", "create", "namespace", fluxNS)
+	kubectl(t, manifests, "apply", "--server-side", "-f", "-")
+	for _, d := range []string{"source-controller", "kustomize-controller"} {
+		kubectl(t, "", "rollout", "status", "-n", fluxNS, "deployment/"+d, "--timeout", "5m")
+	}
+	fluxInstall.done = true
+}
+
+// fluxKustomization is what the tests read of a Flux Kustomization.
+type fluxKustomization struct {
+	Status struct {
+		Conditions []metav1.Condition `json:"conditions"`
+		// LastAppliedRevision is "<branch>@sha1:<commit>".
+		LastAppliedRevision   string `json:"lastAppliedRevision"`
+		LastHandledReconcileAt string `json:"lastHandledReconcileAt"`
+	} `json:"status"`
+}
+
+func (k fluxKustomization) ready() *metav1.Condition {
+	for i, c := range k.Status.Conditions {
+		if c.Type == "Ready" {
+			return &k.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// waitKustomization waits until the Kustomization name has applied
+// revision and says Ready (its health checks passed, with wait: true),
+// and returns how long that took.
+func waitKustomization(t *testing.T, name, revision string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	eventually.Within(t, timeout, func() string {
+		out, errOut, err := kubectlResult(t.Context(), "", "get", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", fluxNS, name, "-o", "json")
+		if err != nil {
+			return errOut
+		}
+		var k fluxKustomization
+		if err := json.Unmarshal([]byte(out), &k); err != nil {
+			return err.Error()
+		}
+		r := k.ready()
+		switch {
+		case r == nil:
+			return "no Ready condition"
+		case !strings.HasSuffix(k.Status.LastAppliedRevision, ":"+revision):
+			return fmt.Sprintf("applied %q, not %s; Ready %s %s: %s", k.Status.LastAppliedRevision, revision, r.Status, r.Reason, r.Message)
+		case r.Status != metav1.ConditionTrue:
+			return fmt.Sprintf("Ready %s %s: %s", r.Status, r.Reason, r.Message)
+		}
+		return ""
+	})
+	return time.Since(start)
+}
+
+// reconcileFlux asks Flux to fetch and apply now, as `flux reconcile
+// kustomization --with-source` does, rather than at the next interval.
+func reconcileFlux(t *testing.T, kustomization string) {
+	t.Helper()
+	now := time.Now().Format(time.RFC3339Nano)
+	for _, obj := range []string{"gitrepositories.source.toolkit.fluxcd.io/vms", "kustomizations.kustomize.toolkit.fluxcd.io/" + kustomization} {
+		kubectl(t, "", "annotate", "-n", fluxNS, obj, "reconcile.fluxcd.io/requestedAt="+now, "--overwrite")
+	}
+}
+
+// applyFluxExample applies the example files of Flux with the test's
+// repository.
+func applyFluxExample(t *testing.T, repoURL string, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join("../../examples/flux", f))
+		require.NoError(t, err)
+		m := string(b)
+		if f == "gitrepository.yaml" {
+			require.Contains(t, m, "url: https://git.example/vms.git\n")
+			m = strings.Replace(m, "url: https://git.example/vms.git\n", "url: "+repoURL+"\n", 1)
+		}
+		kubectl(t, m, "apply", "-f", "-")
+	}
+}
+
+// fluxNamespace is a namespace kept in Git, as Flux applies no
+// namespace of its own: restricted, as VM pods need no more.
+func fluxNamespace(ns string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %s
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+`, ns)
+}
+
+// renderVMs is what kubectl vm render makes of the VM manifests.
+func renderVMs(t *testing.T, manifests ...string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "vms.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(manifests, "---\n")), 0o644))
+	return kubectl(t, "", "vm", "render", "-f", file)
+}
+
+// TestFluxRendered is GitOps mode with the real Flux: what kubectl vm
+// render makes of two VMs, one running and one stopped, committed to Git
+// and applied by a Kustomization with wait and prune
+// (examples/flux/rendered.yaml).
+func TestFluxRendered(t *testing.T) {
+	installFlux(t)
+	const ns = "flux-rendered"
+	repo := gitserver.Start(t, testnode.IP).Repo(t, "vms")
+	running := gitopsGuestVM("running", ns)
+	stopped := strings.Replace(gitopsGuestVM("stopped", ns), "state: Running", "state: Stopped", 1)
+	addGuestDisk(t, ns, "running")
+	addGuestDisk(t, ns, "stopped")
+	rev := repo.Write("two VMs", map[string]string{
+		"rendered/namespace.yaml": fluxNamespace(ns),
+		"rendered/vms.yaml":       renderVMs(t, running, stopped),
+	})
+	applyFluxExample(t, repo.URL, "gitrepository.yaml", "rendered.yaml")
+	t.Cleanup(func() {
+		_, _, _ = kubectlResult(t.Context(), "", "delete", "-n", fluxNS, "kustomizations.kustomize.toolkit.fluxcd.io/rendered-vms", "gitrepositories.source.toolkit.fluxcd.io/vms", "--wait", "--timeout", "4m")
+		_, _, _ = kubectlResult(t.Context(), "", "delete", "namespace", ns, "--wait", "--timeout", "4m")
+	})
+	took := waitKustomization(t, "rendered-vms", rev, 4*time.Minute)
+	t.Logf("Kustomization Ready (wait: true, a running and a stopped VM) %v after it was applied", took.Round(time.Second))
+	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, "running", testguest.BootPrefix, 3*time.Minute))
+
+	t.Run("drift correction never restarts a VM", func(t *testing.T) {
+		pod := podUID(t, ns, "running")
+		// A change that applies live, and one that needs a restart.
+		changed := strings.Replace(running, "currentCpus: 1", "currentCpus: 2", 1)
+		rev := repo.Write("2 CPUs", map[string]string{"rendered/vms.yaml": renderVMs(t, changed, stopped)})
+		reconcileFlux(t, "rendered-vms")
+		waitKustomization(t, "rendered-vms", rev, 3*time.Minute)
+		waitConsole(t, ns, "running", testguest.CPUsPrefix+"2", 3*time.Minute)
+		changed = strings.Replace(changed, "maximumCpus: 2", "maximumCpus: 3", 1)
+		rev = repo.Write("up to 3 CPUs", map[string]string{"rendered/vms.yaml": renderVMs(t, changed, stopped)})
+		reconcileFlux(t, "rendered-vms")
+		waitKustomization(t, "rendered-vms", rev, 3*time.Minute)
+		// And again with nothing changed in Git.
+		reconcileFlux(t, "rendered-vms")
+		waitKustomization(t, "rendered-vms", rev, 3*time.Minute)
+		require.Equal(t, pod, podUID(t, ns, "running"), "the pod was replaced")
+		running = changed
+	})
+
+	t.Run("a VM removed from Git is pruned, its disk stays", func(t *testing.T) {
+		rev := repo.Write("no stopped VM", map[string]string{"rendered/vms.yaml": renderVMs(t, running)})
+		reconcileFlux(t, "rendered-vms")
+		waitKustomization(t, "rendered-vms", rev, 3*time.Minute)
+		_, err := node.Client.AppsV1().StatefulSets(ns).Get(t.Context(), "stopped", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "StatefulSet stopped: %v", err)
+		_, err = node.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), "stopped", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "ConfigMap stopped: %v", err)
+		_, err = node.Client.AppsV1().StatefulSets(ns).Get(t.Context(), "running", metav1.GetOptions{})
+		require.NoError(t, err)
+	})
+}
+
+// TestFluxOperator: VirtualMachines in Git, applied by a Kustomization with
+// wait (examples/flux/virtual-machines.yaml), run by vm-operator. Flux
+// judges them with kstatus: the Kustomization is Ready once one VM runs
+// and another is stopped, as their specs say.
+func TestFluxOperator(t *testing.T) {
+	installVmop(t)
+	installFlux(t)
+	const ns = "flux-operator"
+	repo := gitserver.Start(t, testnode.IP).Repo(t, "vms")
+	addGuestDisk(t, ns, "running")
+	addGuestDisk(t, ns, "stopped")
+	running := gitopsGuestVM("running", ns)
+	stopped := strings.Replace(gitopsGuestVM("stopped", ns), "state: Running", "state: Stopped", 1)
+	rev := repo.Write("two VMs", map[string]string{
+		"virtual-machines/namespace.yaml": fluxNamespace(ns),
+		"virtual-machines/running.yaml":   running,
+		"virtual-machines/stopped.yaml":   stopped,
+	})
+	applyFluxExample(t, repo.URL, "gitrepository.yaml", "virtual-machines.yaml")
+	t.Cleanup(func() {
+		_, _, _ = kubectlResult(t.Context(), "", "delete", "-n", fluxNS, "kustomizations.kustomize.toolkit.fluxcd.io/virtual-machines", "gitrepositories.source.toolkit.fluxcd.io/vms", "--wait", "--timeout", "4m")
+		_, _, _ = kubectlResult(t.Context(), "", "delete", "namespace", ns, "--wait", "--timeout", "4m")
+	})
+	took := waitKustomization(t, "virtual-machines", rev, 4*time.Minute)
+	t.Logf("Kustomization Ready (wait: true, a running and a stopped VirtualMachine) %v after it was applied", took.Round(time.Second))
+	s := vmStatus(t, ns, "running")
+	require.NotEmpty(t, s.Node, "the running VM's status after the Kustomization was Ready: %+v", s)
+	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, "running", testguest.BootPrefix, 3*time.Minute))
+
+	t.Run("a change from Git", func(t *testing.T) {
+		pod := podUID(t, ns, "running")
+		rev := repo.Write("2 CPUs", map[string]string{
+			"virtual-machines/running.yaml": strings.Replace(running, "currentCpus: 1", "currentCpus: 2", 1),
+		})
+		reconcileFlux(t, "virtual-machines")
+		waitKustomization(t, "virtual-machines", rev, 3*time.Minute)
+		waitConsole(t, ns, "running", testguest.CPUsPrefix+"2", 3*time.Minute)
+		require.Equal(t, pod, podUID(t, ns, "running"), "the pod was replaced")
+	})
+}
