@@ -149,7 +149,7 @@ type argoApp struct {
 			Message string `json:"message"`
 		} `json:"operationState"`
 		Resources []argoResource `json:"resources"`
-		History []struct {
+		History   []struct {
 			ID       int64  `json:"id"`
 			Revision string `json:"revision"`
 		} `json:"history"`

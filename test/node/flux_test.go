@@ -95,7 +95,7 @@ type fluxKustomization struct {
 	Status struct {
 		Conditions []metav1.Condition `json:"conditions"`
 		// LastAppliedRevision is "<branch>@sha1:<commit>".
-		LastAppliedRevision   string `json:"lastAppliedRevision"`
+		LastAppliedRevision    string `json:"lastAppliedRevision"`
 		LastHandledReconcileAt string `json:"lastHandledReconcileAt"`
 	} `json:"status"`
 }
