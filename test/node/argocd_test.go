@@ -38,8 +38,8 @@ var argoInstall struct {
 // Argo CD's own install.yaml. The test changes only what this node needs:
 // install.yaml from the built release rather than GitHub, the images
 // built here (test/harness/gitops), which are imported, not pulled, and no
-// GnuPG. Argo CD's UI, API server, Dex, ApplicationSets
-// and notifications are not started: the tests read Applications.
+// GnuPG. Dex, ApplicationSets and notifications are not started; the API
+// server is (it makes the default AppProject), its UI is empty.
 func installArgoCD(t *testing.T) {
 	t.Helper()
 	argoInstall.Lock()
@@ -73,9 +73,19 @@ patches:
 	install, err := os.ReadFile(filepath.Join(gitopsBuild.Manifests(), "argocd", "install.yaml"))
 	require.NoError(t, err)
 	var test strings.Builder
-	for _, d := range []string{"argocd-server", "argocd-dex-server", "argocd-applicationset-controller", "argocd-notifications-controller"} {
+	for _, d := range []string{"argocd-dex-server", "argocd-applicationset-controller", "argocd-notifications-controller"} {
 		fmt.Fprintf(&test, "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: %s\nspec:\n  replicas: 0\n---\n", d)
 	}
+	// Argo CD 3 keeps each resource's health out of the Application's
+	// status unless asked to: the tests read it there.
+	test.WriteString(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: argocd-cmd-params-cm
+data:
+  controller.resource.health.persist: "true"
+---
+`)
 	// The image has gpg but not upstream's gpg-wrapper.sh, which the repo
 	// server runs at its start when GnuPG is on; nothing here signs.
 	test.WriteString(`apiVersion: apps/v1
@@ -103,7 +113,7 @@ spec:
 	// Server-side, as Argo CD's docs say: its CRDs are too big for the
 	// last-applied annotation.
 	kubectl(t, manifests, "apply", "-n", argoNS, "--server-side", "--force-conflicts", "-f", "-")
-	for _, w := range []string{"deployment/argocd-repo-server", "deployment/argocd-redis", "statefulset/argocd-application-controller"} {
+	for _, w := range []string{"deployment/argocd-repo-server", "deployment/argocd-redis", "deployment/argocd-server", "statefulset/argocd-application-controller"} {
 		kubectl(t, "", "rollout", "status", "-n", argoNS, w, "--timeout", "5m")
 	}
 	argoInstall.done = true
@@ -271,9 +281,11 @@ func applyApplication(t *testing.T, file, repoURL, ns string) string {
 }
 
 // gitopsGuestVM is the test guest as a VM kept in Git: running, no CD
-// drive, in namespace ns.
+// drive, in namespace ns. It requests a tenth of a CPU: the node's two
+// would not fit the default requests of several VMs beside Argo CD.
 func gitopsGuestVM(vm, ns string) string {
 	m := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: Running", 1)
+	m = strings.Replace(m, "spec:\n  vm:\n", "spec:\n  resources:\n    requests:\n      cpu: 100m\n  vm:\n", 1)
 	return strings.Replace(m, "    - cdrom:\n        image: \"\"\n", "", 1)
 }
 
@@ -431,21 +443,21 @@ func TestArgoCDOperator(t *testing.T) {
 	installArgoCD(t)
 	const ns = "argo-operator"
 	repo := gitserver.Start(t, testnode.IP).Repo(t, "vms")
-	addGuestDisk(t, ns, "running")
+	// The running guest ignores the power button, so that its stop takes
+	// its powerdownTimeout (60 s).
+	addGuestDisk(t, ns, "running", testguest.IgnoreACPI)
 	addGuestDisk(t, ns, "stopped")
 	running := gitopsGuestVM("running", ns)
 	files := map[string]string{
 		"virtual-machines/running.yaml": running,
 		"virtual-machines/stopped.yaml": strings.Replace(gitopsGuestVM("stopped", ns), "state: Running", "state: Stopped", 1),
-		// No volume for its disk: its pod stays Pending.
-		"virtual-machines/waiting.yaml": gitopsGuestVM("waiting", ns),
 		// A tap NIC needs a privileged pod, which the namespace refuses.
 		"virtual-machines/refused.yaml": strings.Replace(gitopsGuestVM("refused", ns), "    disks:\n",
 			"    networks:\n    - tap: {bridge: vmoptbr9}\n    disks:\n", 1),
 	}
-	rev := repo.Write("four VMs", files)
+	rev := repo.Write("three VMs", files)
 	app := applyApplication(t, "application-operator.yaml", repo.URL, ns)
-	want := map[string]string{"running": "Healthy", "stopped": "Healthy", "waiting": "Progressing", "refused": "Degraded"}
+	want := map[string]string{"running": "Healthy", "stopped": "Healthy", "refused": "Degraded"}
 	a := waitApp(t, app, 6*time.Minute, func(a argoApp) string {
 		if a.Status.Sync.Status != "Synced" || a.Status.Sync.Revision != rev {
 			return "not Synced at " + rev
@@ -477,5 +489,29 @@ func TestArgoCDOperator(t *testing.T) {
 		t.Log(a.summary())
 		require.Equal(t, pod, podUID(t, ns, "running"), "the pod was replaced")
 		requireNoDrift(t, app, rev)
+		running = m
+	})
+
+	t.Run("a stop is Progressing until the VM is stopped", func(t *testing.T) {
+		rev := repo.Write("running: stop", map[string]string{
+			"virtual-machines/running.yaml": strings.Replace(running, "state: Running", "state: Stopped", 1),
+		})
+		refreshApp(t, app)
+		a := waitApp(t, app, 2*time.Minute, func(a argoApp) string {
+			if a.Status.Sync.Revision != rev {
+				return "not at " + rev
+			}
+			if got := a.resourceHealth("VirtualMachine", "running"); got != "Progressing" {
+				return fmt.Sprintf("VirtualMachine running is %q, not Progressing", got)
+			}
+			return ""
+		})
+		t.Log(a.summary())
+		waitApp(t, app, 3*time.Minute, func(a argoApp) string {
+			if got := a.resourceHealth("VirtualMachine", "running"); got != "Healthy" {
+				return fmt.Sprintf("VirtualMachine running is %q, not Healthy", got)
+			}
+			return ""
+		})
 	})
 }
