@@ -1,7 +1,8 @@
 // Package argocd is vmop's Argo CD health check for VirtualMachines:
-// health.lua, installed by examples/argocd/vmop/argocd-cm.yaml, and Health, which
-// runs it as Argo CD runs a health script from argocd-cm, so that Go tests
-// check what Argo CD will run.
+// health.lua, installed by examples/argocd/vmop/argocd-cm.yaml, and Health,
+// which runs it as Argo CD runs a health script from argocd-cm, so that Go
+// tests check what Argo CD will run. Its VMs recorded on a real API server
+// (testdata) also show how kstatus, Flux's judge, reads each state.
 package argocd
 
 import (

@@ -34,7 +34,8 @@ local hs = {}
 -- Status of an older spec says nothing about the current one: after a sync
 -- the health must not flap to the old state.
 local generation = obj.metadata.generation or 0
-if obj.status == nil or obj.status.observedGeneration == nil then
+-- The CRD defaults observedGeneration to 0 until the operator writes it.
+if obj.status == nil or obj.status.observedGeneration == nil or obj.status.observedGeneration == 0 then
   hs.status = "Progressing"
   hs.message = "Waiting for vm-operator to report the VM's status."
   return hs

@@ -355,7 +355,7 @@ func TestArgoCDRendered(t *testing.T) {
 		requireNoDrift(t, app, rev)
 	})
 
-	t.Run("a VM removed from Git is pruned, its disk stays", func(t *testing.T) {
+	t.Run("a VM removed from Git is pruned and its disk stays", func(t *testing.T) {
 		rev := repo.Write("no beta", map[string]string{"vms/beta.yaml": ""})
 		refreshApp(t, app)
 		waitApp(t, app, 3*time.Minute, func(a argoApp) string {

@@ -228,7 +228,7 @@ func TestFluxRendered(t *testing.T) {
 		running = changed
 	})
 
-	t.Run("a VM removed from Git is pruned, its disk stays", func(t *testing.T) {
+	t.Run("a VM removed from Git is pruned and its disk stays", func(t *testing.T) {
 		rev := repo.Write("no stopped VM", map[string]string{"rendered/vms.yaml": renderVMs(t, running)})
 		reconcileFlux(t, "rendered-vms")
 		waitKustomization(t, "rendered-vms", rev, 3*time.Minute)
