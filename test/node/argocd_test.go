@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,10 +26,7 @@ import (
 // argoNS is where the tests install Argo CD, as its docs do.
 const argoNS = "argocd"
 
-var argoInstall struct {
-	sync.Mutex
-	done bool
-}
+var argoInstall once
 
 // installArgoCD installs Argo CD once per test binary as a user would:
 // examples/argocd/kustomization.yaml, which adds vmop's component
@@ -42,21 +38,17 @@ var argoInstall struct {
 // server is (it makes the default AppProject), its UI is empty.
 func installArgoCD(t *testing.T) {
 	t.Helper()
-	argoInstall.Lock()
-	defer argoInstall.Unlock()
-	if argoInstall.done {
-		return
-	}
-	example, err := os.ReadFile("../../examples/argocd/kustomization.yaml")
-	require.NoError(t, err)
-	const upstream = "https://raw.githubusercontent.com/argoproj/argo-cd/v3.1.16/manifests/install.yaml"
-	k := string(example)
-	require.Contains(t, k, upstream)
-	require.Contains(t, k, "- vmop\n")
-	require.Contains(t, k, "newTag: v0.1.0\n")
-	k = strings.Replace(k, upstream, "install.yaml", 1)
-	k = strings.Replace(k, "newTag: v0.1.0\n", "newTag: devel\n", 1)
-	k += fmt.Sprintf(`- name: quay.io/argoproj/argocd
+	argoInstall.do(t, func() {
+		example, err := os.ReadFile("../../examples/argocd/kustomization.yaml")
+		require.NoError(t, err)
+		const upstream = "https://raw.githubusercontent.com/argoproj/argo-cd/v3.1.16/manifests/install.yaml"
+		k := string(example)
+		require.Contains(t, k, upstream)
+		require.Contains(t, k, "- vmop\n")
+		require.Contains(t, k, "newTag: v0.1.0\n")
+		k = strings.Replace(k, upstream, "install.yaml", 1)
+		k = strings.Replace(k, "newTag: v0.1.0\n", "newTag: devel\n", 1)
+		k += fmt.Sprintf(`- name: quay.io/argoproj/argocd
   newName: %s
   newTag: %s
 - name: public.ecr.aws/docker/library/redis
@@ -65,20 +57,20 @@ func installArgoCD(t *testing.T) {
 patches:
 - path: test.yaml
 `, imageName(gitops.ArgoCDImage), imageTag(gitops.ArgoCDImage), imageName(gitops.RedisImage), imageTag(gitops.RedisImage))
-	// The component beside it, as in examples/argocd: kustomize loads
-	// none by an absolute path.
-	dir := t.TempDir()
-	out, err := exec.Command("cp", "-r", "../../examples/argocd/vmop", dir).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	install, err := os.ReadFile(filepath.Join(gitopsBuild.Manifests(), "argocd", "install.yaml"))
-	require.NoError(t, err)
-	var test strings.Builder
-	for _, d := range []string{"argocd-dex-server", "argocd-applicationset-controller", "argocd-notifications-controller"} {
-		fmt.Fprintf(&test, "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: %s\nspec:\n  replicas: 0\n---\n", d)
-	}
-	// Argo CD 3 keeps each resource's health out of the Application's
-	// status unless asked to: the tests read it there.
-	test.WriteString(`apiVersion: v1
+		// The component beside it, as in examples/argocd: kustomize loads
+		// none by an absolute path.
+		dir := t.TempDir()
+		out, err := exec.Command("cp", "-r", "../../examples/argocd/vmop", dir).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		install, err := os.ReadFile(filepath.Join(gitopsBuild.Manifests(), "argocd", "install.yaml"))
+		require.NoError(t, err)
+		var test strings.Builder
+		for _, d := range []string{"argocd-dex-server", "argocd-applicationset-controller", "argocd-notifications-controller"} {
+			fmt.Fprintf(&test, "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: %s\nspec:\n  replicas: 0\n---\n", d)
+		}
+		// Argo CD 3 keeps each resource's health out of the Application's
+		// status unless asked to: the tests read it there.
+		test.WriteString(`apiVersion: v1
 kind: ConfigMap
 metadata:
   name: argocd-cmd-params-cm
@@ -86,9 +78,9 @@ data:
   controller.resource.health.persist: "true"
 ---
 `)
-	// The image has gpg but not upstream's gpg-wrapper.sh, which the repo
-	// server runs at its start when GnuPG is on; nothing here signs.
-	test.WriteString(`apiVersion: apps/v1
+		// The image has gpg but not upstream's gpg-wrapper.sh, which the repo
+		// server runs at its start when GnuPG is on; nothing here signs.
+		test.WriteString(`apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: argocd-repo-server
@@ -101,22 +93,22 @@ spec:
         - name: ARGOCD_GPG_ENABLED
           value: "false"
 `)
-	for name, content := range map[string]string{
-		"kustomization.yaml": k, "install.yaml": string(install), "test.yaml": test.String(),
-	} {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
-	}
-	manifests := kubectl(t, "", "kustomize", dir)
-	// Argo CD's manifests pull always; this node has no registry.
-	manifests = strings.ReplaceAll(manifests, "imagePullPolicy: Always", "imagePullPolicy: IfNotPresent")
-	kubectl(t, "", "create", "namespace", argoNS)
-	// Server-side, as Argo CD's docs say: its CRDs are too big for the
-	// last-applied annotation.
-	kubectl(t, manifests, "apply", "-n", argoNS, "--server-side", "--force-conflicts", "-f", "-")
-	for _, w := range []string{"deployment/argocd-repo-server", "deployment/argocd-redis", "deployment/argocd-server", "statefulset/argocd-application-controller"} {
-		kubectl(t, "", "rollout", "status", "-n", argoNS, w, "--timeout", "5m")
-	}
-	argoInstall.done = true
+		for name, content := range map[string]string{
+			"kustomization.yaml": k, "install.yaml": string(install), "test.yaml": test.String(),
+		} {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+		}
+		manifests := kubectl(t, "", "kustomize", dir)
+		// Argo CD's manifests pull always; this node has no registry.
+		manifests = strings.ReplaceAll(manifests, "imagePullPolicy: Always", "imagePullPolicy: IfNotPresent")
+		kubectl(t, "", "create", "namespace", argoNS)
+		// Server-side, as Argo CD's docs say: its CRDs are too big for the
+		// last-applied annotation.
+		kubectl(t, manifests, "apply", "-n", argoNS, "--server-side", "--force-conflicts", "-f", "-")
+		for _, w := range []string{"deployment/argocd-repo-server", "deployment/argocd-redis", "deployment/argocd-server", "statefulset/argocd-application-controller"} {
+			kubectl(t, "", "rollout", "status", "-n", argoNS, w, "--timeout", "5m")
+		}
+	})
 }
 
 // imageName and imageTag split an image reference name:tag (no registry
@@ -444,10 +436,10 @@ func TestArgoCDOperator(t *testing.T) {
 	const ns = "argo-operator"
 	repo := gitserver.Start(t, testnode.IP).Repo(t, "vms")
 	// The running guest ignores the power button, so that its stop takes
-	// its powerdownTimeout (60 s).
+	// its powerdownTimeout.
 	addGuestDisk(t, ns, "running", testguest.IgnoreACPI)
 	addGuestDisk(t, ns, "stopped")
-	running := gitopsGuestVM("running", ns)
+	running := strings.Replace(gitopsGuestVM("running", ns), "powerdownTimeout: 60", "powerdownTimeout: 20", 1)
 	files := map[string]string{
 		"virtual-machines/running.yaml": running,
 		"virtual-machines/stopped.yaml": strings.Replace(gitopsGuestVM("stopped", ns), "state: Running", "state: Stopped", 1),

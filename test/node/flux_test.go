@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,10 +23,7 @@ import (
 
 const fluxNS = "flux-system"
 
-var fluxInstall struct {
-	sync.Mutex
-	done bool
-}
+var fluxInstall once
 
 // installFlux installs Flux's source-controller and kustomize-controller
 // once per test binary, from the manifests of their releases (their
@@ -38,17 +34,13 @@ var fluxInstall struct {
 // default ServiceAccount).
 func installFlux(t *testing.T) {
 	t.Helper()
-	fluxInstall.Lock()
-	defer fluxInstall.Unlock()
-	if fluxInstall.done {
-		return
-	}
-	dir := t.TempDir()
-	for _, c := range []string{"source-controller", "kustomize-controller"} {
-		out, err := exec.Command("cp", "-r", filepath.Join(gitopsBuild.Manifests(), c), filepath.Join(dir, c)).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+	fluxInstall.do(t, func() {
+		dir := t.TempDir()
+		for _, c := range []string{"source-controller", "kustomize-controller"} {
+			out, err := exec.Command("cp", "-r", filepath.Join(gitopsBuild.Manifests(), c), filepath.Join(dir, c)).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		}
+		k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: %[1]s
 resources:
@@ -65,8 +57,8 @@ images:
   newName: %[4]s
   newTag: %[5]s
 `, fluxNS, imageName(gitops.SourceControllerImage), imageTag(gitops.SourceControllerImage),
-		imageName(gitops.KustomizeControllerImage), imageTag(gitops.KustomizeControllerImage))
-	rbac := fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
+			imageName(gitops.KustomizeControllerImage), imageTag(gitops.KustomizeControllerImage))
+		rbac := fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata:
   name: flux-reconciler
@@ -79,15 +71,15 @@ subjects:
   name: default
   namespace: %s
 `, fluxNS)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "rbac.yaml"), []byte(rbac), 0o644))
-	manifests := kubectl(t, "", "kustomize", dir)
-	kubectl(t, "", "create", "namespace", fluxNS)
-	kubectl(t, manifests, "apply", "--server-side", "-f", "-")
-	for _, d := range []string{"source-controller", "kustomize-controller"} {
-		kubectl(t, "", "rollout", "status", "-n", fluxNS, "deployment/"+d, "--timeout", "5m")
-	}
-	fluxInstall.done = true
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "rbac.yaml"), []byte(rbac), 0o644))
+		manifests := kubectl(t, "", "kustomize", dir)
+		kubectl(t, "", "create", "namespace", fluxNS)
+		kubectl(t, manifests, "apply", "--server-side", "-f", "-")
+		for _, d := range []string{"source-controller", "kustomize-controller"} {
+			kubectl(t, "", "rollout", "status", "-n", fluxNS, "deployment/"+d, "--timeout", "5m")
+		}
+	})
 }
 
 // fluxKustomization is what the tests read of a Flux Kustomization.
@@ -114,6 +106,22 @@ func (k fluxKustomization) ready() *metav1.Condition {
 // and returns how long that took.
 func waitKustomization(t *testing.T, name, revision string, timeout time.Duration) time.Duration {
 	t.Helper()
+	return waitFlux(t, name, timeout, func(k fluxKustomization) string {
+		r := k.ready()
+		switch {
+		case !strings.HasSuffix(k.Status.LastAppliedRevision, ":"+revision):
+			return fmt.Sprintf("applied %q, not %s", k.Status.LastAppliedRevision, revision)
+		case r.Status != metav1.ConditionTrue:
+			return "not Ready"
+		}
+		return ""
+	})
+}
+
+// waitFlux waits until check finds nothing wrong with the Kustomization
+// name, which has a Ready condition, and returns how long that took.
+func waitFlux(t *testing.T, name string, timeout time.Duration, check func(k fluxKustomization) string) time.Duration {
+	t.Helper()
 	start := time.Now()
 	eventually.Within(t, timeout, func() string {
 		out, errOut, err := kubectlResult(t.Context(), "", "get", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", fluxNS, name, "-o", "json")
@@ -125,13 +133,11 @@ func waitKustomization(t *testing.T, name, revision string, timeout time.Duratio
 			return err.Error()
 		}
 		r := k.ready()
-		switch {
-		case r == nil:
+		if r == nil {
 			return "no Ready condition"
-		case !strings.HasSuffix(k.Status.LastAppliedRevision, ":"+revision):
-			return fmt.Sprintf("applied %q, not %s; Ready %s %s: %s", k.Status.LastAppliedRevision, revision, r.Status, r.Reason, r.Message)
-		case r.Status != metav1.ConditionTrue:
-			return fmt.Sprintf("Ready %s %s: %s", r.Status, r.Reason, r.Message)
+		}
+		if problem := check(k); problem != "" {
+			return fmt.Sprintf("%s: %s; Ready %s %s: %s", name, problem, r.Status, r.Reason, r.Message)
 		}
 		return ""
 	})
@@ -229,14 +235,16 @@ func TestFluxRendered(t *testing.T) {
 	})
 
 	t.Run("a VM removed from Git is pruned and its disk stays", func(t *testing.T) {
-		rev := repo.Write("no stopped VM", map[string]string{"rendered/vms.yaml": renderVMs(t, running)})
+		rev := repo.Write("no running VM", map[string]string{"rendered/vms.yaml": renderVMs(t, stopped)})
 		reconcileFlux(t, "rendered-vms")
 		waitKustomization(t, "rendered-vms", rev, 3*time.Minute)
-		_, err := node.Client.AppsV1().StatefulSets(ns).Get(t.Context(), "stopped", metav1.GetOptions{})
-		require.True(t, apierrors.IsNotFound(err), "StatefulSet stopped: %v", err)
-		_, err = node.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), "stopped", metav1.GetOptions{})
-		require.True(t, apierrors.IsNotFound(err), "ConfigMap stopped: %v", err)
-		_, err = node.Client.AppsV1().StatefulSets(ns).Get(t.Context(), "running", metav1.GetOptions{})
+		_, err := node.Client.AppsV1().StatefulSets(ns).Get(t.Context(), "running", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "StatefulSet running: %v", err)
+		_, err = node.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), "running", metav1.GetOptions{})
+		require.True(t, apierrors.IsNotFound(err), "ConfigMap running: %v", err)
+		_, err = node.Client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "system-disk-running-0", metav1.GetOptions{})
+		require.NoError(t, err, "the pruned VM's disk")
+		_, err = node.Client.AppsV1().StatefulSets(ns).Get(t.Context(), "stopped", metav1.GetOptions{})
 		require.NoError(t, err)
 	})
 }
@@ -280,4 +288,27 @@ func TestFluxOperator(t *testing.T) {
 		waitConsole(t, ns, "running", testguest.CPUsPrefix+"2", 3*time.Minute)
 		require.Equal(t, pod, podUID(t, ns, "running"), "the pod was replaced")
 	})
+
+	t.Run("a failed VM fails the Kustomization at once", func(t *testing.T) {
+		// A tap NIC needs a privileged pod, which the namespace refuses.
+		refused := strings.Replace(gitopsGuestVM("refused", ns), "    disks:\n", "    networks:\n    - tap: {bridge: vmoptbr9}\n    disks:\n", 1)
+		repo.Write("a VM that cannot run here", map[string]string{"virtual-machines/refused.yaml": refused})
+		reconcileFlux(t, "virtual-machines")
+		// Well before the Kustomization's timeout (5m).
+		took := waitFlux(t, "virtual-machines", 2*time.Minute, func(k fluxKustomization) string {
+			// Flux names the VM; kubectl vm status says why.
+			if r := k.ready(); r.Status != metav1.ConditionFalse || !strings.Contains(r.Message, "failed early") ||
+				!strings.Contains(r.Message, "VirtualMachine/"+ns+"/refused status: 'Failed'") {
+				return "not failed early for the VM refused"
+			}
+			return ""
+		})
+		t.Logf("the Kustomization failed %v after the reconcile was asked for: %s", took.Round(time.Second), readyMessage(t, "virtual-machines"))
+	})
+}
+
+// readyMessage is the Kustomization's Ready condition's message.
+func readyMessage(t *testing.T, name string) string {
+	out := kubectl(t, "", "get", "kustomizations.kustomize.toolkit.fluxcd.io", "-n", fluxNS, name, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].message}")
+	return out
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -168,6 +169,23 @@ func kubectlCmd(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "kubectl", args...)
 	cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "KUBECONFIG="+node.Kubeconfig)
 	return cmd
+}
+
+// once runs an install the first time a test asks for it; an install
+// that fails its test is tried again by the next.
+type once struct {
+	mu   sync.Mutex
+	done bool
+}
+
+func (o *once) do(t *testing.T, install func()) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.done {
+		install()
+		o.done = true
+	}
 }
 
 // installVmop installs vmop as a user of this node must: its kubelet's

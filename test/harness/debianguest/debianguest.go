@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -106,14 +105,11 @@ func image() (string, error) {
 		return path, nil
 	}
 	// Test binaries of several packages may want it at once: one builds.
-	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := testcache.Lock(path + ".lock")
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
+	defer unlock()
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}

@@ -18,12 +18,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/vmop/vmop/internal/imagebuild"
+
+	"github.com/vmop/vmop/test/harness/testcache"
 )
 
 // The versions hack/build-gitops.sh builds.
@@ -154,7 +155,7 @@ func cached(dir string, spec imagebuild.PrebuiltImage) (imagebuild.Built, error)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return imagebuild.Built{}, err
 	}
-	unlock, err := lock(filepath.Join(dir, ".lock"))
+	unlock, err := testcache.Lock(filepath.Join(dir, ".lock"))
 	if err != nil {
 		return imagebuild.Built{}, err
 	}
@@ -187,18 +188,4 @@ func script(module, name string) (string, error) {
 		return "", fmt.Errorf("hack/%s: %w", name, err)
 	}
 	return strings.TrimSpace(string(out)), nil
-}
-
-// lock takes an exclusive lock on the file at path: test binaries of
-// several packages may build at once.
-func lock(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	return func() { f.Close() }, nil
 }

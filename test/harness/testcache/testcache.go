@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Dir returns the cache directory named name, made if missing: under the
@@ -22,4 +23,19 @@ func Dir(name string) string {
 	d := filepath.Join(os.TempDir(), fmt.Sprintf("vmop-cache-%d", os.Getuid()), name)
 	_ = os.MkdirAll(d, 0o755)
 	return d
+}
+
+// Lock waits for an exclusive lock on the file at path, made if missing,
+// and returns its release: test binaries of several packages run at once,
+// and one of them builds or runs what they share.
+func Lock(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
 }

@@ -9,7 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/vmop/vmop/test/harness/testcache"
 )
 
 // BinDirEnv names a directory that holds prebuilt control-plane binaries;
@@ -52,7 +53,7 @@ func runBuildScript(ctx context.Context, names []string) (string, error) {
 	}
 	// Test binaries of several packages run at once; the script has no lock
 	// of its own and two builds would write the same file.
-	unlock, err := lockFile(filepath.Join(os.TempDir(), "vmop-build-control-plane.lock"))
+	unlock, err := testcache.Lock(filepath.Join(os.TempDir(), "vmop-build-control-plane.lock"))
 	if err != nil {
 		return "", err
 	}
@@ -85,18 +86,6 @@ func ModuleRoot() (string, error) {
 		}
 		dir = parent
 	}
-}
-
-func lockFile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	return func() { f.Close() }, nil
 }
 
 func tail(s string, n int) string {

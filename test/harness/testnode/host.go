@@ -2,17 +2,17 @@ package testnode
 
 import (
 	"encoding/json"
-	"path/filepath"
-	"strconv"
-	"syscall"
-	"time"
-
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
+	"github.com/vmop/vmop/test/harness/testcache"
 	"github.com/vmop/vmop/test/harness/testcontainerd"
 )
 
@@ -236,15 +236,7 @@ const dirPrefix = "vmop-testnode-"
 // lockNode waits until no other node runs on the machine (test binaries of
 // several packages run at once) and returns the release.
 func lockNode() (func(), error) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "vmop-testnode.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { f.Close() }, nil
+	return testcache.Lock(filepath.Join(os.TempDir(), "vmop-testnode.lock"))
 }
 
 // cleanStale removes what nodes of killed test runs left (the caller holds
