@@ -135,6 +135,9 @@ func TestLiveCDChanges(t *testing.T) {
 	n = len(v.q.commands(0))
 	c.VM.CurrentRAM.Bytes = 768 << 20
 	v.reload(c)
+	// The report reload waited for may be the last step's, late under
+	// load: the balloon's is the one after it.
+	v.rec.wait(t, "the balloon command", func() bool { return len(v.q.commands(n)) > 0 })
 	require.Equal(t, []string{`balloon {"value":805306368}`}, v.q.commands(n))
 	require.Len(t, v.rec.last().CDProblems, 1)
 }
