@@ -28,7 +28,8 @@ const argoNS = "argocd"
 
 var argoInstall once
 
-// installArgoCD installs Argo CD once per test binary as a user would:
+// installArgoCD installs Argo CD (once per test binary) as a user would,
+// and runs it while t runs:
 // examples/argocd/kustomization.yaml, which adds vmop's component
 // (examples/argocd/vmop: the kubectl-vm plugin and the health check) to
 // Argo CD's own install.yaml. The test changes only what this node needs:
@@ -105,10 +106,9 @@ spec:
 		// Server-side, as Argo CD's docs say: its CRDs are too big for the
 		// last-applied annotation.
 		kubectl(t, manifests, "apply", "-n", argoNS, "--server-side", "--force-conflicts", "-f", "-")
-		for _, w := range []string{"deployment/argocd-repo-server", "deployment/argocd-redis", "deployment/argocd-server", "statefulset/argocd-application-controller"} {
-			kubectl(t, "", "rollout", "status", "-n", argoNS, w, "--timeout", "5m")
-		}
 	})
+	runWorkloads(t, argoNS, "deployment/argocd-repo-server", "deployment/argocd-redis", "deployment/argocd-server",
+		"statefulset/argocd-application-controller")
 }
 
 // imageName and imageTag split an image reference name:tag (no registry
@@ -297,7 +297,7 @@ func TestArgoCDRendered(t *testing.T) {
 	}
 	// Git holds other files too: the plugin renders VMs and passes
 	// other manifests through; other files it leaves alone.
-	files["README.md"] = "# VMs\n"
+	files["vms/README.md"] = "# VMs\n"
 	files["vms/hello.yaml"] = fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\n  namespace: %s\ndata:\n  greeting: hello\n", ns)
 	first := repo.Write("two VMs", files)
 	start := time.Now()

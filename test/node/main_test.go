@@ -188,6 +188,20 @@ func (o *once) do(t *testing.T, install func()) {
 	}
 }
 
+// runWorkloads scales workloads (kind/name) of namespace ns to one
+// replica and waits until they are ready; the end of t scales them to
+// none, so that they do not load the tests after it.
+func runWorkloads(t *testing.T, ns string, workloads ...string) {
+	t.Helper()
+	kubectl(t, "", append([]string{"scale", "-n", ns, "--replicas=1"}, workloads...)...)
+	for _, w := range workloads {
+		kubectl(t, "", "rollout", "status", "-n", ns, w, "--timeout", "5m")
+	}
+	t.Cleanup(func() {
+		_, _, _ = kubectlResult(context.Background(), "", append([]string{"scale", "-n", ns, "--replicas=0"}, workloads...)...)
+	})
+}
+
 // installVmop installs vmop as a user of this node must: its kubelet's
 // root directory is not the default.
 func installVmop(t testing.TB, args ...string) {
