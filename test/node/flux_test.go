@@ -199,7 +199,8 @@ func TestFluxRendered(t *testing.T) {
 	running := gitopsGuestVM("running", ns)
 	stopped := strings.Replace(gitopsGuestVM("stopped", ns), "state: Running", "state: Stopped", 1)
 	addGuestDisk(t, ns, "running")
-	addGuestDisk(t, ns, "stopped")
+	// No volumes for the stopped VM: it claims none, and a volume left
+	// Available would bind a later test's claim.
 	rev := repo.Write("two VMs", map[string]string{
 		"rendered/namespace.yaml": fluxNamespace(ns),
 		"rendered/vms.yaml":       renderVMs(t, running, stopped),
@@ -265,7 +266,8 @@ func TestFluxOperator(t *testing.T) {
 	const ns = "flux-operator"
 	repo := gitserver.Start(t, testnode.IP).Repo(t, "vms")
 	addGuestDisk(t, ns, "running")
-	addGuestDisk(t, ns, "stopped")
+	// No volumes for the stopped VM: it claims none, and a volume left
+	// Available would bind a later test's claim.
 	running := gitopsGuestVM("running", ns)
 	stopped := strings.Replace(gitopsGuestVM("stopped", ns), "state: Running", "state: Stopped", 1)
 	rev := repo.Write("two VMs", map[string]string{
