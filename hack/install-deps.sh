@@ -12,13 +12,14 @@
 # BIOS and EFI images and sfdisk for the Debian test guest's disk,
 # openssh-client (ssh, ssh-keygen) for SSH into that guest, git (its
 # http-backend serves the GitOps tests' repositories to Argo CD and Flux),
-# and kube-apiserver, kube-controller-manager, kube-scheduler, the kubelet,
+# Debian's chromium for the browser console's tests (driven headless with
+# chromedp, no chromedriver needed), and kube-apiserver, kube-controller-manager, kube-scheduler, the kubelet,
 # kube-proxy and kwok built from the module proxy (cached after the first run). Safe to run again: it skips what is
 # already there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-packages=(etcd-server qemu-system-x86 qemu-utils ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables nfacct iproute2 nftables syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client git)
+packages=(etcd-server qemu-system-x86 qemu-utils ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables nfacct iproute2 nftables syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client git chromium)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -72,6 +72,18 @@ if [ -e /sys/class/net/eth0 ]; then
 	echo "TESTGUEST ECHO 7"
 fi
 
+# testguest.screen=1: a known display for display tests (white on blue:
+# the erase takes the colours set), and the display's keyboard answered on
+# the serial console. The VT is cooked: it echoes what is typed.
+case " $(cat /proc/cmdline) " in
+*" testguest.screen=1 "*)
+	printf '\033[1;37;44m\033[2J\033[HTESTGUEST SCREEN\n' >/dev/tty1
+	while read -r line; do
+		echo "TESTGUEST KEYS $line" >/dev/console
+	done </dev/tty1 &
+	;;
+esac
+
 lock_cd() {
 	until [ -e /dev/sr0 ]; do sleep 0.1; done
 	exec 4</dev/sr0

@@ -87,6 +87,18 @@ const DHCPLine = "TESTGUEST DHCP "
 // EchoLine is printed once the echo service listens.
 const EchoLine = "TESTGUEST ECHO 7"
 
+// Screen, appended to the kernel command line, paints the guest's display
+// (its VGA text console, tty1) white on blue with ScreenLine at the top, and
+// answers each line typed there (on the display's keyboard) with KeysPrefix
+// and the line on the serial console.
+const Screen = "testguest.screen=1"
+
+// Lines of Screen.
+const (
+	ScreenLine = "TESTGUEST SCREEN"
+	KeysPrefix = "TESTGUEST KEYS "
+)
+
 // LockCD returns the kernel parameter that makes the guest hold its CD
 // drive open (Linux then locks the tray) and release it after the given
 // seconds. The guest prints CDLockedLine and CDReleasedLine. (Debian's

@@ -1,6 +1,7 @@
 // Package console is "kubectl vm console": it opens a VM's SPICE display
-// in remote-viewer with a one-time password, or, with --serial, attaches
-// the terminal to the VM's serial console.
+// in remote-viewer or, with --browser, in a web browser, with a one-time
+// password; or, with --serial, attaches the terminal to the VM's serial
+// console.
 package console
 
 import (
@@ -50,6 +51,8 @@ type Options struct {
 	NoLaunch bool
 	// Serial attaches to the serial console instead of the display.
 	Serial bool
+	// Browser shows the display in a web browser instead of remote-viewer.
+	Browser bool
 
 	cmdName     string // "kubectl vm", for hints
 	viewer      string // the path of Viewer, when it is launched
@@ -63,11 +66,11 @@ type Options struct {
 func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{cmdName: name, configFlags: configFlags, IOStreams: streams}
 	cmd := &cobra.Command{
-		Use:   "console NAME [--expiry 30s] [--print-vv | --no-launch] | console --serial NAME",
-		Short: "Open a running VM's SPICE display in remote-viewer, or its serial console",
+		Use:   "console NAME [--expiry 30s] [--browser] [--print-vv | --no-launch] | console --serial NAME",
+		Short: "Open a running VM's SPICE display in remote-viewer or a web browser, or its serial console",
 		Long: `Open a running VM's SPICE display in remote-viewer (from virt-viewer) with
-a one-time password; with --serial, attach this terminal to the VM's
-serial console instead.
+a one-time password, or with --browser in a web browser; with --serial,
+attach this terminal to the VM's serial console instead.
 
 The command writes a new random password with a short expiry into the VM's
 display Secret (labelled ` + render.LabelComponent + `=` + render.ComponentDisplaySecret + `, else
@@ -82,6 +85,19 @@ loadBalancerService) once it has an address, else through
 spec.vm.display.spice.server and proxyUrl when set, else through a port
 forward to the VM's pod via the API server, which stays open while
 remote-viewer runs (with --print-vv or --no-launch: until Ctrl-C).
+
+With --browser, the command serves a page with the SPICE HTML5 client
+(spice-html5, LGPL-3.0-or-later, built into the command) on 127.0.0.1
+only, under a random token in the URL that other users of the machine
+do not know, and opens it in the default browser ($BROWSER, else the
+desktop's); --no-launch prints the URL instead, for a browser elsewhere
+(through an SSH tunnel to this port: ssh -L PORT:127.0.0.1:PORT).
+The page always reaches the display through a port forward via the API
+server, whatever LoadBalancer or proxyUrl the VM has: it needs no more
+than the rights of the vm-user role. Its Ctrl-Alt-Del button sends that
+key combination; the guest follows the window's size where it runs the
+SPICE agent (spice-vdagent). The command ends when the page is closed, or
+on Ctrl-C.
 
 The connection file (.vv) is written with mode 0600 into a temporary
 directory; remote-viewer deletes it once read.
@@ -112,6 +128,12 @@ pods/exec (WebSocket, SPDY).`,
   # Write the connection file and print its path; a password valid for 2 minutes
   %[1]s console test-vm --no-launch --expiry 2m
 
+  # Open the display in the default web browser
+  %[1]s console test-vm --browser
+
+  # Print the page's URL instead, to open it in a browser yourself
+  %[1]s console test-vm --browser --no-launch
+
   # Type on the VM's serial console (Ctrl-] leaves)
   %[1]s console --serial test-vm`, name),
 		Args:              cobra.ExactArgs(1),
@@ -129,7 +151,8 @@ pods/exec (WebSocket, SPDY).`,
 	cmd.Flags().DurationVar(&o.Expiry, "expiry", 30*time.Second, "how long the password lets a client log in, from when the runner applies it")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 60*time.Second, "how long to wait for the runner to apply the password")
 	cmd.Flags().BoolVar(&o.PrintVV, "print-vv", false, "print the connection file to stdout instead of launching "+Viewer)
-	cmd.Flags().BoolVar(&o.NoLaunch, "no-launch", false, "write the connection file and print its path instead of launching "+Viewer)
+	cmd.Flags().BoolVar(&o.NoLaunch, "no-launch", false, "write the connection file and print its path instead of launching "+Viewer+" (with --browser: print the page's URL)")
+	cmd.Flags().BoolVar(&o.Browser, "browser", false, "show the display in a web browser, with the SPICE HTML5 client built into the command")
 	cmd.Flags().BoolVar(&o.Serial, "serial", false, "attach this terminal to the VM's serial console instead (Ctrl-] leaves)")
 	return cmd
 }
@@ -149,10 +172,13 @@ func (o *Options) Complete(args []string) error {
 // remote-viewer can be launched.
 func (o *Options) Validate() error {
 	if o.Serial {
-		if o.PrintVV || o.NoLaunch {
-			return errors.New("--serial: not with --print-vv or --no-launch, which are about the display")
+		if o.PrintVV || o.NoLaunch || o.Browser {
+			return errors.New("--serial: not with --browser, --print-vv or --no-launch, which are about the display")
 		}
 		return nil
+	}
+	if o.Browser && o.PrintVV {
+		return errors.New("--browser: not with --print-vv: the browser needs no connection file")
 	}
 	if o.Expiry < time.Second {
 		return fmt.Errorf("--expiry %s: must be at least 1s", o.Expiry)
@@ -160,7 +186,7 @@ func (o *Options) Validate() error {
 	if o.Timeout <= 0 {
 		return fmt.Errorf("--timeout %s: must be positive", o.Timeout)
 	}
-	if o.PrintVV || o.NoLaunch {
+	if o.PrintVV || o.NoLaunch || o.Browser {
 		return nil
 	}
 	var err error
@@ -195,8 +221,14 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("%s is not running: start it with %s start %s", o.Name, o.cmdName, o.Name)
 	}
 	// Reached before the password is set, so that the password's short
-	// life is not spent on the way.
-	ep, err := o.endpoint(ctx, vm, pod, spice)
+	// life is not spent on the way. The browser's page always goes
+	// through the API server: one way, with the vm-user role's rights.
+	var ep *endpoint
+	if o.Browser {
+		ep, err = o.portForward(ctx, pod, *spice.Port)
+	} else {
+		ep, err = o.endpoint(ctx, vm, pod, spice)
+	}
 	if err != nil {
 		return err
 	}
@@ -206,6 +238,9 @@ func (o *Options) Run(ctx context.Context) error {
 	password, err := o.setPassword(ctx, vm)
 	if err != nil {
 		return err
+	}
+	if o.Browser {
+		return o.runBrowser(ctx, vm, ep, password)
 	}
 	vv := connectionFile(ep, password, vm.Namespace+"/"+vm.Name)
 	if o.PrintVV {

@@ -24,8 +24,11 @@ type endpoint struct {
 	host  string
 	port  int32
 	proxy string // an HTTP CONNECT proxy, from spec.vm.display.spice.proxyUrl
-	// forward, when set, carries the connections to the pod.
-	forward *portforward.PortForwarder
+	// forward, when set, carries the connections to the pod; forwardEnded
+	// is closed when it ended, for the reason in forwardErr.
+	forward      *portforward.PortForwarder
+	forwardEnded chan struct{}
+	forwardErr   error
 }
 
 // endpoint finds the way to the display: the LoadBalancer Service's
@@ -95,7 +98,12 @@ func (o *Options) portForward(ctx context.Context, pod *corev1.Pod, port int32) 
 		fw.Close()
 		return nil, err
 	}
-	return &endpoint{host: "127.0.0.1", port: int32(ports[0].Local), forward: fw}, nil
+	ep := &endpoint{host: "127.0.0.1", port: int32(ports[0].Local), forward: fw, forwardEnded: make(chan struct{})}
+	go func() {
+		ep.forwardErr = <-failed
+		close(ep.forwardEnded)
+	}()
+	return ep, nil
 }
 
 // holdForward keeps the port forward open for a viewer started by the

@@ -1,0 +1,137 @@
+package webconsole_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/pkg/kubectl-vm/webconsole"
+	"github.com/vmop/vmop/test/harness/consolepage"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/headless"
+	"github.com/vmop/vmop/test/harness/syncbuffer"
+	"github.com/vmop/vmop/test/harness/testguest"
+)
+
+// guest runs the test guest with its known screen under qemu, with a
+// SPICE display on 127.0.0.1 that takes password; the serial console goes
+// to serial. exited is closed when qemu exits.
+type guest struct {
+	spice  string
+	serial *syncbuffer.Buffer
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startGuest(t *testing.T, password string) *guest {
+	t.Helper()
+	g := testguest.Build(t).WithAppend(testguest.Screen)
+	// The bzImage: booted through the PVH entry, the kernel gets no VGA
+	// text console.
+	g.Kernel = g.BzImage
+	port := freeport.Get(t)
+	args := append([]string{
+		"-nodefaults", "-display", "none", "-machine", "q35,accel=tcg", "-m", "256",
+		"-device", "virtio-vga", "-serial", "stdio",
+		"-object", "secret,id=spicepw,data=" + password,
+		"-spice", fmt.Sprintf("port=%d,addr=127.0.0.1,password-secret=spicepw", port),
+	}, g.QemuArgs()...)
+	cmd := exec.Command("qemu-system-x86_64", args...)
+	serial := &syncbuffer.Buffer{}
+	cmd.Stdout, cmd.Stderr = serial, serial
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	gu := &guest{spice: fmt.Sprintf("127.0.0.1:%d", port), serial: serial, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(gu.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-gu.exited
+		if t.Failed() {
+			t.Logf("guest's serial console:\n%s", serial.String())
+		}
+	})
+	gu.waitSerial(t, testguest.ReadyLine, 2*time.Minute)
+	return gu
+}
+
+func (g *guest) waitSerial(t *testing.T, line string, within time.Duration) {
+	t.Helper()
+	eventually.Within(t, within, func() string {
+		if strings.Contains(g.serial.String(), line) {
+			return ""
+		}
+		return fmt.Sprintf("no %q on the guest's serial console", line)
+	})
+}
+
+// serve runs a console server for the guest until the test ends.
+func serve(t *testing.T, g *guest, password string) string {
+	t.Helper()
+	s, err := webconsole.New(webconsole.Config{
+		Session: webconsole.Session{Namespace: "ns", VM: "guest", Password: password, Expiry: 30,
+			Command: "kubectl vm console --browser -n ns guest", Client: "spice-html5 0.2.1"},
+		Dial: func(ctx context.Context) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", g.spice)
+		},
+		Why: func(context.Context, error) *webconsole.Notice {
+			select {
+			case <-g.exited:
+				return &webconsole.Notice{Kind: "stopped", Message: "The VM ns/guest stopped."}
+			case <-time.After(5 * time.Second):
+				return nil
+			}
+		},
+	})
+	require.NoError(t, err)
+	url, err := s.Listen(t.Context())
+	require.NoError(t, err)
+	return url
+}
+
+// TestBrowser drives the page in headless chromium against a real qemu:
+// it shows the guest's screen, types to it, and says why it ended.
+func TestBrowser(t *testing.T) {
+	const password = "one-time"
+	g := startGuest(t, password)
+	ctx := headless.Start(t)
+	url := serve(t, g, password)
+
+	start := time.Now()
+	_, err := chromedp.Run(ctx, chromedp.Navigate(url))
+	require.NoError(t, err)
+	consolepage.WaitTestGuest(ctx, t, time.Minute)
+	t.Logf("page to the guest's screen: %v", time.Since(start).Round(time.Millisecond))
+	headless.Screenshot(ctx, t, "console.png")
+
+	_, err = chromedp.Run(ctx, chromedp.SendKeys("#spice-screen canvas", "hello\r"))
+	require.NoError(t, err)
+	g.waitSerial(t, testguest.KeysPrefix+"hello", time.Minute)
+
+	t.Run("wrong password", func(t *testing.T) {
+		tab, cancel := chromedp.NewContext(ctx)
+		defer cancel()
+		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, "wrong")))
+		require.NoError(t, err)
+		msg := consolepage.WaitState(tab, t, "refused", time.Minute)
+		require.Contains(t, msg, "The VM's display refused the password")
+		require.Contains(t, msg, "run: kubectl vm console --browser -n ns guest")
+	})
+
+	// The VM stops: the page says so.
+	require.NoError(t, g.cmd.Process.Kill())
+	msg := consolepage.WaitState(ctx, t, "stopped", time.Minute)
+	require.Contains(t, msg, "The VM ns/guest stopped.")
+	headless.Screenshot(ctx, t, "stopped.png")
+}

@@ -1,0 +1,113 @@
+// The page of "kubectl vm console --browser": it connects the SPICE HTML5
+// client to the command's bridge and says plainly why a connection ends.
+import * as Spice from './spice-html5/src/main.js';
+
+const $ = (id) => document.getElementById(id);
+let session = null;
+let sc = null;
+let notice = null; // from the command: why the display's connection ended
+let failure = null; // the client's own error
+let commandGone = false;
+
+function wsURL(name) {
+  const u = new URL(name, window.location.href);
+  u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
+  return u.href;
+}
+
+function again() {
+  return session ? `For a new connection, run: ${session.command}` : '';
+}
+
+// render shows the state: body[data-state] for tests and styles, the
+// status line, and a message when something went wrong.
+function render() {
+  let state = document.body.dataset.state;
+  let text = null;
+  if (notice) {
+    state = notice.kind;
+    text = `${notice.message}\n${again()}`;
+  } else if (failure) {
+    if (failure.message === 'Permission denied.') {
+      state = 'refused';
+      text = `The VM's display refused the password. A password from kubectl vm console lets a client ` +
+        `log in only within ${session.expiry}s of being given out, and a newer console replaces it: ` +
+        `this one is spent.\n${again()}`;
+    } else {
+      state = 'dropped';
+      text = `The connection to the VM's display ended (${failure.message}).\n${again()}`;
+    }
+  } else if (commandGone && state !== 'connected') {
+    state = 'ended';
+  }
+  if (commandGone) {
+    text = (text ? text + '\n' : '') + 'kubectl vm console has ended: this page no longer reaches the VM.';
+  }
+  document.body.dataset.state = state;
+  $('status').textContent = {
+    loading: 'Loading…', connecting: 'Connecting…', connected: 'Connected',
+    refused: 'Password refused', stopped: 'VM stopped', dropped: 'Disconnected',
+    unreachable: 'Display unreachable', ended: 'Ended',
+  }[state] || state;
+  $('message').hidden = text === null;
+  $('message').textContent = text || '';
+  $('ctrl-alt-del').disabled = state !== 'connected';
+}
+
+function onError(e) {
+  if (failure === null) failure = e;
+  if (sc) sc.stop();
+  render();
+}
+
+function onAgent() {
+  // The guest's SPICE agent follows the window's size.
+  window.spice_connection = this;
+  window.addEventListener('resize', Spice.handle_resize);
+  Spice.resize_helper(this);
+}
+
+function events() {
+  const ws = new WebSocket(wsURL('events'));
+  ws.onmessage = (e) => {
+    notice = JSON.parse(e.data);
+    render();
+  };
+  ws.onclose = () => {
+    commandGone = true;
+    render();
+  };
+}
+
+async function main() {
+  session = await (await fetch('session', { cache: 'no-store' })).json();
+  document.title = `${session.namespace}/${session.vm} – VM console`;
+  $('title').textContent = `vm ${session.namespace}/${session.vm}`;
+  $('client').textContent = session.client;
+  events();
+  document.body.dataset.state = 'connecting';
+  render();
+  sc = new Spice.SpiceMainConn({
+    uri: wsURL('spice'),
+    screen_id: 'spice-screen',
+    password: session.password,
+    onerror: onError,
+    onsuccess: () => {
+      document.body.dataset.state = 'connected';
+      render();
+    },
+    onagent: onAgent,
+  });
+  // spice-html5's sendCtrlAltDel reads the connection from window.sc.
+  window.sc = sc;
+  $('ctrl-alt-del').onclick = () => {
+    Spice.sendCtrlAltDel();
+    const canvas = document.querySelector('#spice-screen canvas');
+    if (canvas) canvas.focus();
+  };
+}
+
+main().catch((e) => {
+  failure = e;
+  render();
+});

@@ -1,0 +1,272 @@
+// Package webconsole serves a VM's SPICE display to a web browser for
+// "kubectl vm console --browser": a page with the SPICE HTML5 client
+// (third_party/spice-html5) and WebSockets that it bridges to the display.
+// It listens on 127.0.0.1 only and answers only under a random token in the
+// URL's path, so that another user of the machine cannot use the bridge.
+package webconsole
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	spicehtml5 "github.com/vmop/vmop/third_party/spice-html5"
+)
+
+// Session is what the page needs to know, served to it as JSON.
+type Session struct {
+	Namespace string `json:"namespace"`
+	VM        string `json:"vm"`
+	// Password is the display's one-time password.
+	Password string `json:"password"`
+	// Expiry is how long the password lets a client log in, in seconds.
+	Expiry int64 `json:"expiry"`
+	// Command gives a new password, for the page to tell.
+	Command string `json:"command"`
+	// Client names the SPICE client and its licence, for the page's footer.
+	Client string `json:"client"`
+}
+
+// Notice is a message from the command to the page: why the display's
+// connection ended, say.
+type Notice struct {
+	Kind    string `json:"kind"` // "stopped", "dropped", "unreachable"
+	Message string `json:"message"`
+}
+
+// Config is what a Server bridges.
+type Config struct {
+	Session Session
+	// Dial opens a connection to the VM's SPICE port.
+	Dial func(ctx context.Context) (net.Conn, error)
+	// Why tells, after the display's side ended a connection or a dial
+	// failed (err), whether the VM stopped or the way to it dropped; nil
+	// when neither (the display closed it, as after a refused password).
+	Why func(ctx context.Context, err error) *Notice
+	// Log gets a line for each notice, for the terminal.
+	Log io.Writer
+	// Grace is how long the command waits for a page that closed to come
+	// back (a reload) before it ends.
+	Grace time.Duration
+}
+
+// Server is one browser console.
+type Server struct {
+	cfg   Config
+	token string
+	mux   *http.ServeMux
+
+	mu      sync.Mutex
+	pages   map[*websocket.Conn]struct{}
+	opened  bool        // a page was open once
+	closing *time.Timer // runs while no page is open
+	closed  chan struct{}
+	notices []Notice // sent again to a page that opens later
+}
+
+// New makes a server with a new random token.
+func New(cfg Config) (*Server, error) {
+	random := make([]byte, 24)
+	if _, err := rand.Read(random); err != nil {
+		return nil, err
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 3 * time.Second
+	}
+	s := &Server{cfg: cfg, token: base64.RawURLEncoding.EncodeToString(random),
+		pages: map[*websocket.Conn]struct{}{}, closed: make(chan struct{})}
+	page, err := fs.Sub(pageFiles, "web")
+	if err != nil {
+		return nil, err
+	}
+	prefix := "/" + s.token + "/"
+	mux := http.NewServeMux()
+	mux.Handle("GET "+prefix+"spice-html5/", http.StripPrefix(prefix+"spice-html5/", http.FileServerFS(spicehtml5.Files)))
+	pages := http.StripPrefix(prefix, http.FileServerFS(page))
+	mux.Handle("GET "+prefix+"{$}", pages)
+	mux.Handle("GET "+prefix+"{file}", pages)
+	mux.HandleFunc("GET "+prefix+"session", s.session)
+	mux.HandleFunc("GET "+prefix+"events", s.events)
+	mux.HandleFunc("GET "+prefix+"spice", s.spice)
+	s.mux = mux
+	return s, nil
+}
+
+// Path is the page's path, with the token.
+func (s *Server) Path() string { return "/" + s.token + "/" }
+
+// Closed is closed once the page was open and then closed for longer than
+// the grace period.
+func (s *Server) Closed() <-chan struct{} { return s.closed }
+
+// ServeHTTP answers requests for localhost only (a page of another site
+// that a DNS name points to 127.0.0.1 is not served) and under the token.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	if host != "127.0.0.1" && host != "localhost" && host != "::1" {
+		http.Error(w, "kubectl vm console --browser answers on 127.0.0.1 and localhost only", http.StatusForbidden)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("X-Frame-Options", "DENY")
+	s.mux.ServeHTTP(w, r)
+}
+
+// Listen listens on a free port of 127.0.0.1 and returns the page's URL.
+func (s *Server) Listen(ctx context.Context) (string, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return "http://" + l.Addr().String() + s.Path(), nil
+}
+
+func (s *Server) session(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.cfg.Session)
+}
+
+// events is the page's line to the command: its notices, and the page's
+// presence (the command ends when the page closes).
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.pages[c] = struct{}{}
+	s.opened = true
+	if s.closing != nil {
+		s.closing.Stop()
+		s.closing = nil
+	}
+	notices := append([]Notice(nil), s.notices...)
+	s.mu.Unlock()
+	for _, n := range notices {
+		send(r.Context(), c, n)
+	}
+	<-c.CloseRead(r.Context()).Done()
+	s.mu.Lock()
+	delete(s.pages, c)
+	if len(s.pages) == 0 && s.closing == nil {
+		s.closing = time.AfterFunc(s.cfg.Grace, s.closeIfNoPage)
+	}
+	s.mu.Unlock()
+	c.CloseNow()
+}
+
+func (s *Server) closeIfNoPage() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pages) == 0 && s.closing != nil {
+		select {
+		case <-s.closed:
+		default:
+			close(s.closed)
+		}
+	}
+}
+
+// notify tells every open page, and the pages that open later.
+func (s *Server) notify(ctx context.Context, n Notice) {
+	s.mu.Lock()
+	s.notices = append(s.notices, n)
+	pages := make([]*websocket.Conn, 0, len(s.pages))
+	for c := range s.pages {
+		pages = append(pages, c)
+	}
+	s.mu.Unlock()
+	if s.cfg.Log != nil {
+		fmt.Fprintln(s.cfg.Log, n.Message)
+	}
+	for _, c := range pages {
+		send(ctx, c, n)
+	}
+}
+
+func send(ctx context.Context, c *websocket.Conn, n Notice) {
+	b, _ := json.Marshal(n)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = c.Write(ctx, websocket.MessageText, b)
+}
+
+// spice bridges one SPICE channel (the client opens one WebSocket per
+// channel) to a new connection to the display. spice-html5 asks for the
+// "binary" subprotocol.
+func (s *Server) spice(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	// The bridge outlives the request's context, which ends with the
+	// handler; the connections end it.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	display, err := s.cfg.Dial(ctx)
+	if err != nil {
+		n := s.why(ctx, err)
+		if n == nil {
+			n = &Notice{Kind: "unreachable", Message: fmt.Sprintf("Cannot reach the VM's display: %v", err)}
+		}
+		s.notify(ctx, *n)
+		c.Close(websocket.StatusTryAgainLater, truncate(n.Message))
+		return
+	}
+	defer display.Close()
+	page := websocket.NetConn(ctx, c, websocket.MessageBinary)
+	ended := make(chan bool, 2) // true: the display's side ended first
+	go func() {
+		_, _ = io.Copy(display, page)
+		ended <- false
+	}()
+	go func() {
+		_, _ = io.Copy(page, display)
+		ended <- true
+	}()
+	if <-ended {
+		_ = page.Close()
+		if n := s.why(ctx, nil); n != nil {
+			s.notify(ctx, *n)
+		}
+		return
+	}
+	_ = display.Close()
+}
+
+func (s *Server) why(ctx context.Context, err error) *Notice {
+	if s.cfg.Why == nil {
+		return nil
+	}
+	return s.cfg.Why(ctx, err)
+}
+
+// truncate keeps a close reason within WebSocket's 123 bytes.
+func truncate(s string) string {
+	if len(s) <= 120 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:120], "")
+}
