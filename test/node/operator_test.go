@@ -20,6 +20,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/headless"
 	"github.com/vmop/vmop/test/harness/spicetest"
 	"github.com/vmop/vmop/test/harness/testguest"
 	"github.com/vmop/vmop/test/harness/testnode"
@@ -125,7 +126,7 @@ func TestOperatorJourney(t *testing.T) {
 	const ns, vm = "journey", "guest"
 	installVmop(t)
 	createNamespace(t, ns)
-	disk := addGuestDisk(t, ns, vm, testguest.Agent)
+	disk := addGuestDisk(t, ns, vm, testguest.Agent, testguest.Screen)
 	addImageRepository(t, ns)
 	kubectl(t, fmt.Sprintf(guestVM, vm, ns), "apply", "-f", "-")
 
@@ -164,6 +165,13 @@ func TestOperatorJourney(t *testing.T) {
 
 	t.Run("console", func(t *testing.T) { consoleLogin(t, ns, vm) })
 	t.Run("serial console", func(t *testing.T) { serialConsole(t, ns, vm) })
+	// The page stays open while the VM stops, and says so.
+	browser := headless.Start(t)
+	var page *browserPage
+	t.Run("browser console", func(t *testing.T) { page = browserConsole(t, browser, ns, vm) })
+	if page != nil {
+		t.Cleanup(page.end)
+	}
 
 	t.Run("stop and start", func(t *testing.T) {
 		exit := watchRunnerExit(t, ns, vm)
@@ -185,6 +193,9 @@ func TestOperatorJourney(t *testing.T) {
 		// Written before the runner exited.
 		requireEvents(t, ns, "vm/"+vm, "ShutdownRequested", "Asked the guest agent to shut the guest down",
 			"ShutdownCompleted", "after it was asked to")
+		if page != nil {
+			page.stopped(t, ns, vm)
+		}
 
 		kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
 		require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute),

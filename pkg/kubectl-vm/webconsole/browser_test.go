@@ -113,11 +113,15 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, err)
 	consolepage.WaitTestGuest(ctx, t, time.Minute)
 	t.Logf("page to the guest's screen: %v", time.Since(start).Round(time.Millisecond))
-	headless.Screenshot(ctx, t, "console.png")
 
+	consolepage.WaitState(ctx, t, "connected", time.Minute)
 	_, err = chromedp.Run(ctx, chromedp.SendKeys("#spice-screen canvas", "hello\r"))
 	require.NoError(t, err)
 	g.waitSerial(t, testguest.KeysPrefix+"hello", time.Minute)
+	_, err = chromedp.Run(ctx, chromedp.Click("#ctrl-alt-del"))
+	require.NoError(t, err)
+	g.waitSerial(t, testguest.CtrlAltDelLine, time.Minute)
+	headless.Screenshot(ctx, t, "console.png")
 
 	t.Run("wrong password", func(t *testing.T) {
 		tab, cancel := chromedp.NewContext(ctx)

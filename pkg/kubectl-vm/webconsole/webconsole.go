@@ -173,7 +173,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		s.closing = time.AfterFunc(s.cfg.Grace, s.closeIfNoPage)
 	}
 	s.mu.Unlock()
-	c.CloseNow()
+	_ = c.CloseNow()
 }
 
 func (s *Server) closeIfNoPage() {
@@ -220,7 +220,7 @@ func (s *Server) spice(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	defer c.CloseNow()
+	defer func() { _ = c.CloseNow() }()
 	// The bridge outlives the request's context, which ends with the
 	// handler; the connections end it.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))

@@ -92,8 +92,7 @@ func TestPageClosed(t *testing.T) {
 	s, ts := newServer(t, webconsole.Config{Grace: 300 * time.Millisecond})
 	url := "ws" + strings.TrimPrefix(ts.URL, "http") + s.Path() + "events"
 	open := func() *websocket.Conn {
-		c, _, err := websocket.Dial(t.Context(), url, nil)
-		require.NoError(t, err)
+		c, _ := dial(t, url, nil)
 		return c
 	}
 	closed := func(within time.Duration) bool {
@@ -121,15 +120,12 @@ func TestNotice(t *testing.T) {
 		Why: func(context.Context, error) *webconsole.Notice { return why },
 	})
 	ws := "ws" + strings.TrimPrefix(ts.URL, "http") + s.Path()
-	events, _, err := websocket.Dial(t.Context(), ws+"events", nil)
-	require.NoError(t, err)
-	spice, resp, err := websocket.Dial(t.Context(), ws+"spice", &websocket.DialOptions{Subprotocols: []string{"binary"}})
-	require.NoError(t, err)
-	require.Equal(t, "binary", resp.Header.Get("Sec-WebSocket-Protocol"), "spice-html5 asks for it")
-	_, _, err = spice.Read(t.Context())
+	events, _ := dial(t, ws+"events", nil)
+	spice, header := dial(t, ws+"spice", &websocket.DialOptions{Subprotocols: []string{"binary"}})
+	require.Equal(t, "binary", header.Get("Sec-WebSocket-Protocol"), "spice-html5 asks for it")
+	_, _, err := spice.Read(t.Context())
 	require.Equal(t, websocket.StatusTryAgainLater, websocket.CloseStatus(err), "%v", err)
-	later, _, err := websocket.Dial(t.Context(), ws+"events", nil)
-	require.NoError(t, err)
+	later, _ := dial(t, ws+"events", nil)
 	for _, c := range []*websocket.Conn{events, later} {
 		_, b, err := c.Read(t.Context())
 		require.NoError(t, err)
@@ -137,4 +133,15 @@ func TestNotice(t *testing.T) {
 		require.NoError(t, json.Unmarshal(b, &n))
 		require.Equal(t, *why, n)
 	}
+}
+
+// dial opens a WebSocket and returns it with the handshake's headers.
+func dial(t *testing.T, url string, opts *websocket.DialOptions) (*websocket.Conn, http.Header) {
+	t.Helper()
+	c, resp, err := websocket.Dial(t.Context(), url, opts)
+	if resp != nil && resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	require.NoError(t, err)
+	return c, resp.Header
 }

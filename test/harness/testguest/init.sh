@@ -74,9 +74,12 @@ fi
 
 # testguest.screen=1: a known display for display tests (white on blue:
 # the erase takes the colours set), and the display's keyboard answered on
-# the serial console. The VT is cooked: it echoes what is typed.
+# the serial console. The VT is cooked: it echoes what is typed. With
+# ctrl-alt-del 0 the kernel signals init (SIGINT) instead of rebooting.
 case " $(cat /proc/cmdline) " in
 *" testguest.screen=1 "*)
+	echo 0 >/proc/sys/kernel/ctrl-alt-del
+	trap 'echo "TESTGUEST CTRL-ALT-DEL"' INT
 	printf '\033[1;37;44m\033[2J\033[HTESTGUEST SCREEN\n' >/dev/tty1
 	while read -r line; do
 		echo "TESTGUEST KEYS $line" >/dev/console

@@ -90,13 +90,15 @@ const EchoLine = "TESTGUEST ECHO 7"
 // Screen, appended to the kernel command line, paints the guest's display
 // (its VGA text console, tty1) white on blue with ScreenLine at the top, and
 // answers each line typed there (on the display's keyboard) with KeysPrefix
-// and the line on the serial console.
+// and the line on the serial console; Ctrl-Alt-Del there prints
+// CtrlAltDelLine.
 const Screen = "testguest.screen=1"
 
 // Lines of Screen.
 const (
-	ScreenLine = "TESTGUEST SCREEN"
-	KeysPrefix = "TESTGUEST KEYS "
+	ScreenLine     = "TESTGUEST SCREEN"
+	KeysPrefix     = "TESTGUEST KEYS "
+	CtrlAltDelLine = "TESTGUEST CTRL-ALT-DEL"
 )
 
 // LockCD returns the kernel parameter that makes the guest hold its CD

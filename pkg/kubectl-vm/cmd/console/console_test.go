@@ -37,4 +37,11 @@ func TestValidate(t *testing.T) {
 	require.EqualError(t, o.Validate(), "remote-viewer not found: install virt-viewer, or use --print-vv / --no-launch")
 	o.NoLaunch = true
 	require.NoError(t, o.Validate())
+	// The browser needs no remote-viewer.
+	o = &Options{Expiry: time.Second, Timeout: time.Minute, Browser: true}
+	require.NoError(t, o.Validate())
+	o.PrintVV = true
+	require.EqualError(t, o.Validate(), "--browser: not with --print-vv: the browser needs no connection file")
+	o = &Options{Serial: true, Browser: true}
+	require.EqualError(t, o.Validate(), "--serial: not with --browser, --print-vv or --no-launch, which are about the display")
 }

@@ -63,5 +63,5 @@ func TestValidateSerial(t *testing.T) {
 	o := &Options{Serial: true}
 	require.NoError(t, o.Validate(), "no viewer needed, and --expiry does not matter")
 	o.PrintVV = true
-	require.EqualError(t, o.Validate(), "--serial: not with --print-vv or --no-launch, which are about the display")
+	require.EqualError(t, o.Validate(), "--serial: not with --browser, --print-vv or --no-launch, which are about the display")
 }

@@ -67,6 +67,18 @@ function onAgent() {
   Spice.resize_helper(this);
 }
 
+// inputsReady says "connected" once the keyboard and mouse channel is:
+// spice-html5 drops what is typed before.
+function inputsReady() {
+  if (failure || notice) return;
+  if (!sc.inputs || sc.inputs.state !== 'ready') {
+    window.setTimeout(inputsReady, 100);
+    return;
+  }
+  document.body.dataset.state = 'connected';
+  render();
+}
+
 function events() {
   const ws = new WebSocket(wsURL('events'));
   ws.onmessage = (e) => {
@@ -92,10 +104,7 @@ async function main() {
     screen_id: 'spice-screen',
     password: session.password,
     onerror: onError,
-    onsuccess: () => {
-      document.body.dataset.state = 'connected';
-      render();
-    },
+    onsuccess: inputsReady,
     onagent: onAgent,
   });
   // spice-html5's sendCtrlAltDel reads the connection from window.sc.

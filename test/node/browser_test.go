@@ -1,0 +1,152 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/test/harness/consolepage"
+	"github.com/vmop/vmop/test/harness/headless"
+	"github.com/vmop/vmop/test/harness/syncbuffer"
+	"github.com/vmop/vmop/test/harness/testguest"
+)
+
+// countBytes counts, in the page, the bytes its WebSockets carry (the
+// SPICE channels' payload, both ways), for the idle figure.
+const countBytes = `(() => {
+  window.wsBytes = 0;
+  const size = (d) => d.byteLength ?? d.size ?? d.length ?? 0;
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener('message', (e) => { window.wsBytes += size(e.data); });
+    }
+    send(d) { window.wsBytes += size(d); super.send(d); }
+  };
+})()`
+
+// browserPage is kubectl vm console --browser with its page open in
+// headless chromium.
+type browserPage struct {
+	cmd    *exec.Cmd
+	stderr *syncbuffer.Buffer
+	url    string
+	tab    context.Context
+	close  context.CancelFunc
+}
+
+// browserConsole opens the display of the running test guest (booted with
+// testguest.Screen) in a real browser as a user with the vm-user role's
+// rights: the canvas shows the guest's known screen, keys typed in the
+// page reach the guest, and the spent password is refused with the page
+// saying so. The first page stays open for the caller, who ends it.
+func browserConsole(t *testing.T, browser context.Context, ns, vm string) *browserPage {
+	kubectl(t, "", "create", "serviceaccount", "-n", ns, "viewer")
+	kubectl(t, "", "create", "rolebinding", "viewer", "-n", ns, "--clusterrole", install.UserClusterRole, "--serviceaccount", ns+":viewer")
+
+	const expiry = 20 * time.Second
+	start := time.Now()
+	p := &browserPage{stderr: &syncbuffer.Buffer{}}
+	p.cmd = kubectlCmd(context.WithoutCancel(t.Context()), "vm", "--as", "system:serviceaccount:"+ns+":viewer",
+		"console", "--browser", "--no-launch", "--expiry", expiry.String(), "-n", ns, vm)
+	p.cmd.Stderr = p.stderr
+	out, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	defer func() {
+		if t.Failed() {
+			p.end()
+		}
+	}()
+	lines := bufio.NewScanner(out)
+	require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", p.stderr.String())
+	p.url = lines.Text()
+	applied := time.Now() // the password's life started before
+	require.Regexp(t, `^http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]{32}/$`, p.url)
+	t.Logf("kubectl vm console --browser --no-launch: %s (%v)\n%s", p.url, time.Since(start).Round(time.Millisecond), p.stderr.String())
+
+	p.tab, p.close = chromedp.NewContext(browser)
+	_, err = chromedp.Call(p.tab, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: countBytes})
+	require.NoError(t, err)
+	_, err = chromedp.Run(p.tab, chromedp.Navigate(p.url))
+	require.NoError(t, err)
+	screen := consolepage.WaitTestGuest(p.tab, t, 2*time.Minute)
+	t.Logf("command to the guest's screen in the page: %v (canvas %dx%d, %.0f%% blue)",
+		time.Since(start).Round(time.Millisecond), screen.Width, screen.Height, 100*screen.Blue)
+
+	consolepage.WaitState(p.tab, t, "connected", time.Minute)
+	_, err = chromedp.Run(p.tab, chromedp.SendKeys("#spice-screen canvas", "hello browser\r"))
+	require.NoError(t, err)
+	require.Equal(t, testguest.KeysPrefix+"hello browser", waitConsole(t, ns, vm, testguest.KeysPrefix, time.Minute))
+	_, err = chromedp.Run(p.tab, chromedp.Click("#ctrl-alt-del"))
+	require.NoError(t, err)
+	waitConsole(t, ns, vm, testguest.CtrlAltDelLine, time.Minute)
+	headless.Screenshot(p.tab, t, "browser-console.png") // with what was typed
+
+	// An idle console: the guest's screen stays as it is but for its
+	// blinking cursor.
+	const idle = 10 * time.Second
+	before, err := chromedp.Run(p.tab, chromedp.Evaluate[int64]("window.wsBytes"))
+	require.NoError(t, err)
+	time.Sleep(idle)
+	after, err := chromedp.Run(p.tab, chromedp.Evaluate[int64]("window.wsBytes"))
+	require.NoError(t, err)
+	t.Logf("an idle browser console: %d bytes/s of SPICE over its WebSockets", (after-before)/int64(idle/time.Second))
+
+	t.Run("spent password refused", func(t *testing.T) {
+		time.Sleep(time.Until(applied.Add(expiry + 2*time.Second)))
+		tab, closeTab := chromedp.NewContext(browser)
+		defer closeTab()
+		_, err := chromedp.Run(tab, chromedp.Navigate(p.url))
+		require.NoError(t, err)
+		msg := consolepage.WaitState(tab, t, "refused", time.Minute)
+		require.Contains(t, msg, "The VM's display refused the password")
+		require.Contains(t, msg, "this one is spent")
+		require.Contains(t, msg, "run: kubectl vm console --browser -n "+ns+" "+vm)
+		headless.Screenshot(tab, t, "browser-refused.png")
+		// The first page is still connected.
+		state, _, err := consolepage.State(p.tab)
+		require.NoError(t, err)
+		require.Equal(t, "connected", state)
+	})
+	return p
+}
+
+// end closes the page and kills the command.
+func (p *browserPage) end() {
+	if p.close != nil {
+		p.close()
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
+// stopped checks that the page says the VM stopped, then closes the page:
+// the command ends.
+func (p *browserPage) stopped(t *testing.T, ns, vm string) {
+	msg := consolepage.WaitState(p.tab, t, "stopped", time.Minute)
+	require.Contains(t, msg, "The VM "+ns+"/"+vm+" stopped. Start it with: kubectl vm start -n "+ns+" "+vm)
+	headless.Screenshot(p.tab, t, "browser-stopped.png")
+	p.close()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, p.stderr.String())
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		t.Fatalf("kubectl vm console --browser did not end when its page closed:\n%s", p.stderr.String())
+	}
+	require.Contains(t, p.stderr.String(), "The page was closed")
+	require.True(t, strings.Contains(p.stderr.String(), "stopped"), p.stderr.String())
+}
