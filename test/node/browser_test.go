@@ -85,8 +85,7 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 		time.Since(start).Round(time.Millisecond), screen.Width, screen.Height, 100*screen.Blue)
 
 	consolepage.WaitState(p.tab, t, "connected", time.Minute)
-	_, err = chromedp.Run(p.tab, chromedp.SendKeys("#spice-screen canvas", "hello browser\r"))
-	require.NoError(t, err)
+	require.NoError(t, consolepage.Type(p.tab, "hello browser\r"))
 	require.Equal(t, testguest.KeysPrefix+"hello browser", waitConsole(t, ns, vm, testguest.KeysPrefix, time.Minute))
 	_, err = chromedp.Run(p.tab, chromedp.Click("#ctrl-alt-del"))
 	require.NoError(t, err)

@@ -115,8 +115,7 @@ func TestBrowser(t *testing.T) {
 	t.Logf("page to the guest's screen: %v", time.Since(start).Round(time.Millisecond))
 
 	consolepage.WaitState(ctx, t, "connected", time.Minute)
-	_, err = chromedp.Run(ctx, chromedp.SendKeys("#spice-screen canvas", "hello\r"))
-	require.NoError(t, err)
+	require.NoError(t, consolepage.Type(ctx, "hello\r"))
 	g.waitSerial(t, testguest.KeysPrefix+"hello", time.Minute)
 	_, err = chromedp.Run(ctx, chromedp.Click("#ctrl-alt-del"))
 	require.NoError(t, err)

@@ -108,3 +108,19 @@ func describe(ctx context.Context) string {
 	}
 	return fmt.Sprintf("state %q, message %q", state, msg)
 }
+
+// Type types text on the display, a key every 50 ms as a person does: a
+// burst outruns the PS/2 keyboard's 16-byte queue in qemu while an
+// emulated (TCG) guest is slow to read it, and qemu drops what overflows.
+func Type(ctx context.Context, text string) error {
+	if _, err := chromedp.Run(ctx, chromedp.Focus("#spice-screen canvas")); err != nil {
+		return err
+	}
+	for _, r := range text {
+		if _, err := chromedp.Run(ctx, chromedp.KeyEvent(string(r))); err != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
