@@ -3,8 +3,11 @@ package node
 import (
 	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/test/harness/consolepage"
+	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/headless"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -45,38 +49,62 @@ type browserPage struct {
 	close  context.CancelFunc
 }
 
+// urlPattern is the page's URL: loopback, a free port, the token.
+const urlPattern = `^http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]{32}/$`
+
+// startBrowserConsole runs kubectl vm console --browser as the user
+// viewer of ns with args, and env added to its environment.
+func startBrowserConsole(t *testing.T, ns, vm string, env []string, args ...string) (*browserPage, io.Reader) {
+	p := &browserPage{stderr: &syncbuffer.Buffer{}}
+	p.cmd = kubectlCmd(context.WithoutCancel(t.Context()), append([]string{"vm", "--as", "system:serviceaccount:" + ns + ":viewer",
+		"console", "--browser", "-n", ns, vm}, args...)...)
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stderr = p.stderr
+	out, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	return p, out
+}
+
 // browserConsole opens the display of the running test guest (booted with
 // testguest.Screen) in a real browser as a user with the vm-user role's
-// rights: the canvas shows the guest's known screen, keys typed in the
-// page reach the guest, and the spent password is refused with the page
+// rights, as a desktop's browser would get it ($BROWSER): the canvas shows
+// the guest's known screen, keys typed in the page and its Ctrl-Alt-Del
+// button reach the guest; with --no-launch a page opened by hand works
+// too and Ctrl-C ends it; and the spent password is refused with the page
 // saying so. The first page stays open for the caller, who ends it.
 func browserConsole(t *testing.T, browser context.Context, ns, vm string) *browserPage {
 	kubectl(t, "", "create", "serviceaccount", "-n", ns, "viewer")
 	kubectl(t, "", "create", "rolebinding", "viewer", "-n", ns, "--clusterrole", install.UserClusterRole, "--serviceaccount", ns+":viewer")
 
+	// $BROWSER hands the URL to the test's chromium.
+	dir := t.TempDir()
+	urlFile := filepath.Join(dir, "url")
+	script := filepath.Join(dir, "browser")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nprintf '%s\\n' \"$1\" >"+urlFile+".new && mv "+urlFile+".new "+urlFile+"\n"), 0o755))
+
 	const expiry = 20 * time.Second
 	start := time.Now()
-	p := &browserPage{stderr: &syncbuffer.Buffer{}}
-	p.cmd = kubectlCmd(context.WithoutCancel(t.Context()), "vm", "--as", "system:serviceaccount:"+ns+":viewer",
-		"console", "--browser", "--no-launch", "--expiry", expiry.String(), "-n", ns, vm)
-	p.cmd.Stderr = p.stderr
-	out, err := p.cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
+	p, _ := startBrowserConsole(t, ns, vm, []string{"BROWSER=" + script}, "--expiry", expiry.String())
 	defer func() {
 		if t.Failed() {
 			p.end()
 		}
 	}()
-	lines := bufio.NewScanner(out)
-	require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", p.stderr.String())
-	p.url = lines.Text()
+	eventually.Within(t, time.Minute, func() string {
+		b, err := os.ReadFile(urlFile)
+		if err != nil {
+			return fmt.Sprintf("$BROWSER was not run (%v); kubectl vm console --browser says:\n%s", err, p.stderr.String())
+		}
+		p.url = strings.TrimSpace(string(b))
+		return ""
+	})
 	applied := time.Now() // the password's life started before
-	require.Regexp(t, `^http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]{32}/$`, p.url)
-	t.Logf("kubectl vm console --browser --no-launch: %s (%v)\n%s", p.url, time.Since(start).Round(time.Millisecond), p.stderr.String())
+	require.Regexp(t, urlPattern, p.url)
+	t.Logf("kubectl vm console --browser: $BROWSER %s (%v)\n%s", p.url, time.Since(start).Round(time.Millisecond), p.stderr.String())
 
 	p.tab, p.close = chromedp.NewContext(browser)
-	_, err = chromedp.Call(p.tab, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: countBytes})
+	_, err := chromedp.Call(p.tab, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: countBytes})
 	require.NoError(t, err)
 	_, err = chromedp.Run(p.tab, chromedp.Navigate(p.url))
 	require.NoError(t, err)
@@ -102,6 +130,29 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 	require.NoError(t, err)
 	t.Logf("an idle browser console: %d bytes/s of SPICE over its WebSockets", (after-before)/int64(idle/time.Second))
 
+	t.Run("no-launch and Ctrl-C", func(t *testing.T) {
+		q, out := startBrowserConsole(t, ns, vm, nil, "--no-launch")
+		defer q.end()
+		lines := bufio.NewScanner(out)
+		require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", q.stderr.String())
+		require.Regexp(t, urlPattern, lines.Text())
+		require.NotEqual(t, p.url, lines.Text(), "a new token")
+		tab, closeTab := chromedp.NewContext(browser)
+		defer closeTab()
+		_, err := chromedp.Run(tab, chromedp.Navigate(lines.Text()))
+		require.NoError(t, err)
+		consolepage.WaitTestGuest(tab, t, time.Minute)
+		consolepage.WaitState(tab, t, "connected", time.Minute)
+		require.NoError(t, q.cmd.Process.Signal(os.Interrupt))
+		require.NoError(t, q.cmd.Wait(), "Ctrl-C: %s", q.stderr.String())
+		msg := consolepage.WaitState(tab, t, "ended", time.Minute)
+		require.Contains(t, msg, "kubectl vm console has ended: this page no longer reaches the VM.")
+		// The other page is still connected: a connected client stays.
+		state, _, err := consolepage.State(p.tab)
+		require.NoError(t, err)
+		require.Equal(t, "connected", state)
+	})
+
 	t.Run("spent password refused", func(t *testing.T) {
 		time.Sleep(time.Until(applied.Add(expiry + 2*time.Second)))
 		tab, closeTab := chromedp.NewContext(browser)
@@ -113,10 +164,6 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 		require.Contains(t, msg, "this one is spent")
 		require.Contains(t, msg, "run: kubectl vm console --browser -n "+ns+" "+vm)
 		headless.Screenshot(tab, t, "browser-refused.png")
-		// The first page is still connected.
-		state, _, err := consolepage.State(p.tab)
-		require.NoError(t, err)
-		require.Equal(t, "connected", state)
 	})
 	return p
 }

@@ -89,8 +89,8 @@ remote-viewer runs (with --print-vv or --no-launch: until Ctrl-C).
 With --browser, the command serves a page with the SPICE HTML5 client
 (spice-html5, LGPL-3.0-or-later, built into the command) on 127.0.0.1
 only, under a random token in the URL that other users of the machine
-do not know, and opens it in the default browser ($BROWSER, else the
-desktop's); --no-launch prints the URL instead, for a browser elsewhere
+do not know, and opens it with the command in $BROWSER, else in the
+desktop's default browser; --no-launch prints the URL instead, for a browser elsewhere
 (through an SSH tunnel to this port: ssh -L PORT:127.0.0.1:PORT).
 The page always reaches the display through a port forward via the API
 server, whatever LoadBalancer or proxyUrl the VM has: it needs no more

@@ -24,24 +24,25 @@ function again() {
 function render() {
   let state = document.body.dataset.state;
   let text = null;
+  const ended = 'kubectl vm console has ended: this page no longer reaches the VM.';
   if (notice) {
     state = notice.kind;
     text = `${notice.message}\n${again()}`;
-  } else if (failure) {
-    if (failure.message === 'Permission denied.') {
-      state = 'refused';
-      text = `The VM's display refused the password. A password from kubectl vm console lets a client ` +
-        `log in only within ${session.expiry}s of being given out, and a newer console replaces it: ` +
-        `this one is spent.\n${again()}`;
-    } else {
-      state = 'dropped';
-      text = `The connection to the VM's display ended (${failure.message}).\n${again()}`;
-    }
-  } else if (commandGone && state !== 'connected') {
+  } else if (failure && failure.message === 'Permission denied.') {
+    state = 'refused';
+    text = `The VM's display refused the password. A password from kubectl vm console lets a client ` +
+      `log in only within ${session.expiry}s of being given out, and a newer console replaces it: ` +
+      `this one is spent.\n${again()}`;
+  } else if (commandGone) {
+    // Ctrl-C, or the command failed: its end closed the connections.
     state = 'ended';
+    text = `${ended}\n${again()}`;
+  } else if (failure) {
+    state = 'dropped';
+    text = `The connection to the VM's display ended (${failure.message}).\n${again()}`;
   }
-  if (commandGone) {
-    text = (text ? text + '\n' : '') + 'kubectl vm console has ended: this page no longer reaches the VM.';
+  if (commandGone && state !== 'ended') {
+    text += `\n${ended}`;
   }
   document.body.dataset.state = state;
   $('status').textContent = {
