@@ -84,6 +84,16 @@ func TestRoutes(t *testing.T) {
 	// localhost, as through an SSH tunnel to another port, is served.
 	code, _ = get(t, base+"session", "localhost:9000")
 	require.Equal(t, http.StatusOK, code)
+
+	// Another site's page in the user's browser cannot open the bridge.
+	ws := "ws" + strings.TrimPrefix(base, "http")
+	for _, path := range []string{"events", "spice"} {
+		_, resp, err := websocket.Dial(t.Context(), ws+path, &websocket.DialOptions{
+			HTTPHeader: http.Header{"Origin": []string{"http://evil.example"}}, Subprotocols: []string{"binary"}})
+		require.Error(t, err, path)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, path)
+		_ = resp.Body.Close()
+	}
 }
 
 // TestPageClosed: the server is Closed when the last page has been gone
