@@ -196,3 +196,27 @@ func (p *browserPage) stopped(t *testing.T, ns, vm string) {
 	require.Contains(t, p.stderr.String(), "The page was closed")
 	require.True(t, strings.Contains(p.stderr.String(), "stopped"), p.stderr.String())
 }
+
+// gitopsBrowserConsole opens the display of a rendered VM (no
+// VirtualMachine, so no status confirms the new password) in the browser:
+// the page shows the guest's screen, and closing it ends the command.
+func gitopsBrowserConsole(t *testing.T, ns, vm string) {
+	browser := headless.Start(t)
+	cmd := kubectlCmd(t.Context(), "vm", "console", "--browser", "--no-launch", "-n", ns, vm)
+	var stderr syncbuffer.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := bufio.NewScanner(out)
+	require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", stderr.String())
+	tab, closeTab := chromedp.NewContext(browser)
+	_, err = chromedp.Run(tab, chromedp.Navigate(lines.Text()))
+	require.NoError(t, err)
+	consolepage.WaitTestGuest(tab, t, time.Minute)
+	consolepage.WaitState(tab, t, "connected", time.Minute)
+	closeTab()
+	require.NoError(t, cmd.Wait(), stderr.String())
+	require.Contains(t, stderr.String(), "The page was closed")
+	t.Logf("kubectl vm console --browser in GitOps mode:\n%s", stderr.String())
+}

@@ -24,7 +24,7 @@ func TestGitOpsJourney(t *testing.T) {
 	const ns, vm = "gitops", "guest"
 	createNamespace(t, ns)
 	grantRunner(t, ns)
-	disk := addGuestDisk(t, ns, vm)
+	disk := addGuestDisk(t, ns, vm, testguest.Screen)
 	addImageRepository(t, ns)
 	file := filepath.Join(t.TempDir(), "vm.yaml")
 	manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "state: Stopped", "state: Running", 1)
@@ -45,6 +45,8 @@ func TestGitOpsJourney(t *testing.T) {
 		liveChanges(t, ns, vm, false)
 		require.Equal(t, pod, podUID(t, ns, vm), "the pod was replaced")
 	})
+
+	t.Run("browser console", func(t *testing.T) { gitopsBrowserConsole(t, ns, vm) })
 
 	t.Run("stop and start", func(t *testing.T) {
 		exit := watchRunnerExit(t, ns, vm)

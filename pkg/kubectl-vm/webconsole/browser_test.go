@@ -76,14 +76,19 @@ func (g *guest) waitSerial(t *testing.T, line string, within time.Duration) {
 	})
 }
 
-// serve runs a console server for the guest until the test ends.
-func serve(t *testing.T, g *guest, password string) string {
+// serve runs a console server for the guest until the test ends; the
+// display's connections are added to conns when given.
+func serve(t *testing.T, g *guest, password string, conns chan<- net.Conn) string {
 	t.Helper()
 	s, err := webconsole.New(webconsole.Config{
 		Session: webconsole.Session{Namespace: "ns", VM: "guest", Password: password, Expiry: 30,
 			Command: "kubectl vm console --browser -n ns guest", Client: "spice-html5 0.2.1"},
 		Dial: func(ctx context.Context) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "tcp", g.spice)
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", g.spice)
+			if err == nil && conns != nil {
+				conns <- c
+			}
+			return c, err
 		},
 		Why: func(context.Context, error) *webconsole.Notice {
 			select {
@@ -106,7 +111,7 @@ func TestBrowser(t *testing.T) {
 	const password = "one-time"
 	g := startGuest(t, password)
 	ctx := headless.Start(t)
-	url := serve(t, g, password)
+	url := serve(t, g, password, nil)
 
 	start := time.Now()
 	_, err := chromedp.Run(ctx, chromedp.Navigate(url))
@@ -125,10 +130,25 @@ func TestBrowser(t *testing.T) {
 	t.Run("wrong password", func(t *testing.T) {
 		tab, cancel := chromedp.NewContext(ctx)
 		defer cancel()
-		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, "wrong")))
+		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, "wrong", nil)))
 		require.NoError(t, err)
 		msg := consolepage.WaitState(tab, t, "refused", time.Minute)
 		require.Contains(t, msg, "The VM's display refused the password")
+		require.Contains(t, msg, "run: kubectl vm console --browser -n ns guest")
+	})
+
+	t.Run("connection drops", func(t *testing.T) {
+		conns := make(chan net.Conn, 16)
+		tab, cancel := chromedp.NewContext(ctx)
+		defer cancel()
+		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, password, conns)))
+		require.NoError(t, err)
+		consolepage.WaitState(tab, t, "connected", time.Minute)
+		for len(conns) > 0 {
+			_ = (<-conns).Close()
+		}
+		msg := consolepage.WaitState(tab, t, "dropped", time.Minute)
+		require.Contains(t, msg, "The connection to the VM's display ended")
 		require.Contains(t, msg, "run: kubectl vm console --browser -n ns guest")
 	})
 
