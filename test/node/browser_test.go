@@ -69,8 +69,8 @@ func startBrowserConsole(t *testing.T, ns, vm string, env []string, args ...stri
 // browserConsole opens the display of the running test guest (booted with
 // testguest.Screen) in a real browser as a user with the vm-user role's
 // rights, as a desktop's browser would get it ($BROWSER): the canvas shows
-// the guest's known screen, keys typed in the page and its Ctrl-Alt-Del
-// button reach the guest; with --no-launch a page opened by hand works
+// the guest's known screen, keys typed in the page, its Ctrl-Alt-Del
+// button and a click on the display reach the guest; with --no-launch a page opened by hand works
 // too and Ctrl-C ends it; and the spent password is refused with the page
 // saying so. The first page stays open for the caller, who ends it.
 func browserConsole(t *testing.T, browser context.Context, ns, vm string) *browserPage {
@@ -118,6 +118,9 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 	_, err = chromedp.Run(p.tab, chromedp.Click("#ctrl-alt-del"))
 	require.NoError(t, err)
 	waitConsole(t, ns, vm, testguest.CtrlAltDelLine, time.Minute)
+	_, err = chromedp.Run(p.tab, chromedp.Click("#spice-screen canvas"))
+	require.NoError(t, err)
+	waitConsole(t, ns, vm, testguest.MouseLine, time.Minute)
 	headless.Screenshot(p.tab, t, "browser-console.png") // with what was typed
 
 	// An idle console: the guest's screen stays as it is but for its

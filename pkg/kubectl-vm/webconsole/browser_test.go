@@ -41,7 +41,8 @@ func startGuest(t *testing.T, password string) *guest {
 	port := freeport.Get(t)
 	args := append([]string{
 		"-nodefaults", "-display", "none", "-machine", "q35,accel=tcg", "-m", "256",
-		"-device", "virtio-vga", "-serial", "stdio",
+		// The display and pointer of vmop's qemu template.
+		"-device", "virtio-vga", "-device", "qemu-xhci", "-device", "usb-tablet", "-serial", "stdio",
 		"-object", "secret,id=spicepw,data=" + password,
 		"-spice", fmt.Sprintf("port=%d,addr=127.0.0.1,password-secret=spicepw", port),
 	}, g.QemuArgs()...)
@@ -125,6 +126,9 @@ func TestBrowser(t *testing.T) {
 	_, err = chromedp.Run(ctx, chromedp.Click("#ctrl-alt-del"))
 	require.NoError(t, err)
 	g.waitSerial(t, testguest.CtrlAltDelLine, time.Minute)
+	_, err = chromedp.Run(ctx, chromedp.Click("#spice-screen canvas"))
+	require.NoError(t, err)
+	g.waitSerial(t, testguest.MouseLine, time.Minute)
 	headless.Screenshot(ctx, t, "console.png")
 
 	t.Run("wrong password", func(t *testing.T) {

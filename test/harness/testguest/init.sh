@@ -84,6 +84,16 @@ case " $(cat /proc/cmdline) " in
 	while read -r line; do
 		echo "TESTGUEST KEYS $line" >/dev/console
 	done </dev/tty1 &
+	# /dev/input/mice merges every mouse into 3-byte PS/2 packets; bit 0
+	# of the first is the left button.
+	mouse() {
+		while read -r m; do insmod "$m" 2>/dev/null; done </etc/modules.screen
+		while :; do
+			set -- $(dd if=/dev/input/mice bs=3 count=1 2>/dev/null | od -An -tu1)
+			[ -n "$1" ] && [ $(($1 & 1)) = 1 ] && echo "TESTGUEST MOUSE LEFT" >/dev/console
+		done
+	}
+	mouse &
 	;;
 esac
 

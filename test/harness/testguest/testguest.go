@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,7 +92,7 @@ const EchoLine = "TESTGUEST ECHO 7"
 // (its VGA text console, tty1) white on blue with ScreenLine at the top, and
 // answers each line typed there (on the display's keyboard) with KeysPrefix
 // and the line on the serial console; Ctrl-Alt-Del there prints
-// CtrlAltDelLine.
+// CtrlAltDelLine, a left click on the display MouseLine.
 const Screen = "testguest.screen=1"
 
 // Lines of Screen.
@@ -99,6 +100,7 @@ const (
 	ScreenLine     = "TESTGUEST SCREEN"
 	KeysPrefix     = "TESTGUEST KEYS "
 	CtrlAltDelLine = "TESTGUEST CTRL-ALT-DEL"
+	MouseLine      = "TESTGUEST MOUSE LEFT"
 )
 
 // LockCD returns the kernel parameter that makes the guest hold its CD
@@ -153,12 +155,18 @@ var modules = []string{
 	"ahci", "sr_mod",
 }
 
+// screenModules are loaded with Screen only, after the others: the mice a
+// display client moves, the USB tablet (absolute) and the PS/2 mouse.
+var screenModules = []string{"xhci_pci", "usbhid", "hid_generic", "psmouse"}
+
 // applets get a symlink to busybox in /bin.
 var applets = []string{
 	"sh", "acpid", "cat", "dd", "dmesg", "grep", "insmod", "ls", "lsmod",
 	"mkdir", "mount", "poweroff", "ps", "reboot", "sleep", "sync", "umount",
 	// The echo service (EchoPort), and its address by DHCP.
 	"ip", "nc", "udhcpc",
+	// The mouse's packets (Screen).
+	"od",
 }
 
 var (
@@ -284,6 +292,10 @@ func initramfs(kmods string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	all, err := resolveModules(kmods, append(slices.Clone(modules), screenModules...))
+	if err != nil {
+		return nil, err
+	}
 
 	var buf bytes.Buffer
 	w := newCPIOWriter(&buf)
@@ -301,17 +313,24 @@ func initramfs(kmods string) ([]byte, error) {
 	w.File("init", 0o755, initScript)
 	w.File("etc/acpi/PWRF/00000080", 0o755, poweroffScript)
 	w.File("etc/udhcpc.sh", 0o755, udhcpcScript)
-	var list strings.Builder
-	for _, m := range mods {
+	// etc/modules is loaded at every boot, etc/modules.screen after it
+	// with Screen: all's modules in load order, less the first list's.
+	var list, screen strings.Builder
+	for _, m := range all {
 		data, err := readModule(m.path)
 		if err != nil {
 			return nil, err
 		}
 		p := "lib/modules/" + m.name + ".ko"
 		w.File(p, 0o644, data)
-		fmt.Fprintf(&list, "/%s\n", p)
+		if slices.ContainsFunc(mods, func(k kmod) bool { return k.name == m.name }) {
+			fmt.Fprintf(&list, "/%s\n", p)
+		} else {
+			fmt.Fprintf(&screen, "/%s\n", p)
+		}
 	}
 	w.File("etc/modules", 0o644, []byte(list.String()))
+	w.File("etc/modules.screen", 0o644, []byte(screen.String()))
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
