@@ -69,10 +69,11 @@ func startBrowserConsole(t *testing.T, ns, vm string, env []string, args ...stri
 // browserConsole opens the display of the running test guest (booted with
 // testguest.Screen) in a real browser as a user with the vm-user role's
 // rights, as a desktop's browser would get it ($BROWSER): the canvas shows
-// the guest's known screen, keys typed in the page, its Ctrl-Alt-Del
-// button and a click on the display reach the guest; with --no-launch a page opened by hand works
-// too and Ctrl-C ends it; and the spent password is refused with the page
-// saying so. The first page stays open for the caller, who ends it.
+// the guest's known screen; keys typed in the page, its Ctrl-Alt-Del
+// button and a click on the display reach the guest; the spent password
+// is refused with the page saying so. A second console, with --no-launch,
+// takes the display over and the first page says so; Ctrl-C ends the
+// first command. The second page stays open for the caller, who ends it.
 func browserConsole(t *testing.T, browser context.Context, ns, vm string) *browserPage {
 	kubectl(t, "", "create", "serviceaccount", "-n", ns, "viewer")
 	kubectl(t, "", "create", "rolebinding", "viewer", "-n", ns, "--clusterrole", install.UserClusterRole, "--serviceaccount", ns+":viewer")
@@ -133,29 +134,6 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 	require.NoError(t, err)
 	t.Logf("an idle browser console: %d bytes/s of SPICE over its WebSockets", (after-before)/int64(idle/time.Second))
 
-	t.Run("no-launch and Ctrl-C", func(t *testing.T) {
-		q, out := startBrowserConsole(t, ns, vm, nil, "--no-launch")
-		defer q.end()
-		lines := bufio.NewScanner(out)
-		require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", q.stderr.String())
-		require.Regexp(t, urlPattern, lines.Text())
-		require.NotEqual(t, p.url, lines.Text(), "a new token")
-		tab, closeTab := chromedp.NewContext(browser)
-		defer closeTab()
-		_, err := chromedp.Run(tab, chromedp.Navigate(lines.Text()))
-		require.NoError(t, err)
-		consolepage.WaitTestGuest(tab, t, time.Minute)
-		consolepage.WaitState(tab, t, "connected", time.Minute)
-		require.NoError(t, q.cmd.Process.Signal(os.Interrupt))
-		require.NoError(t, q.cmd.Wait(), "Ctrl-C: %s", q.stderr.String())
-		msg := consolepage.WaitState(tab, t, "ended", time.Minute)
-		require.Contains(t, msg, "kubectl vm console has ended: this page no longer reaches the VM.")
-		// The other page is still connected: a connected client stays.
-		state, _, err := consolepage.State(p.tab)
-		require.NoError(t, err)
-		require.Equal(t, "connected", state)
-	})
-
 	t.Run("spent password refused", func(t *testing.T) {
 		time.Sleep(time.Until(applied.Add(expiry + 2*time.Second)))
 		tab, closeTab := chromedp.NewContext(browser)
@@ -167,8 +145,40 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 		require.Contains(t, msg, "this one is spent")
 		require.Contains(t, msg, "run: kubectl vm console --browser -n "+ns+" "+vm)
 		headless.Screenshot(tab, t, "browser-refused.png")
+		// The first page is still connected.
+		state, _, err := consolepage.State(p.tab)
+		require.NoError(t, err)
+		require.Equal(t, "connected", state)
 	})
-	return p
+
+	// With --no-launch the user opens the URL: this page takes the display
+	// over (SPICE serves one client), and the first page says it lost it.
+	q, out := startBrowserConsole(t, ns, vm, nil, "--no-launch")
+	defer func() {
+		if t.Failed() {
+			q.end()
+		}
+	}()
+	lines := bufio.NewScanner(out)
+	require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", q.stderr.String())
+	q.url = lines.Text()
+	require.Regexp(t, urlPattern, q.url)
+	require.NotEqual(t, p.url, q.url, "a new token")
+	q.tab, q.close = chromedp.NewContext(browser)
+	_, err = chromedp.Run(q.tab, chromedp.Navigate(q.url))
+	require.NoError(t, err)
+	consolepage.WaitTestGuest(q.tab, t, time.Minute)
+	consolepage.WaitState(q.tab, t, "connected", time.Minute)
+	msg := consolepage.WaitState(p.tab, t, "dropped", time.Minute)
+	require.Contains(t, msg, "another console may have taken it over")
+
+	// Ctrl-C ends the first command; its page says so.
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, p.cmd.Wait(), "Ctrl-C: %s", p.stderr.String())
+	msg = consolepage.WaitState(p.tab, t, "ended", time.Minute)
+	require.Contains(t, msg, "kubectl vm console has ended: this page no longer reaches the VM.")
+	p.close()
+	return q
 }
 
 // end closes the page and kills the command.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/webconsole"
+	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/test/harness/consolepage"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/freeport"
@@ -30,6 +32,7 @@ type guest struct {
 	serial *syncbuffer.Buffer
 	cmd    *exec.Cmd
 	exited chan struct{}
+	qmp    *qmp.Monitor
 }
 
 func startGuest(t *testing.T, password string) *guest {
@@ -39,7 +42,9 @@ func startGuest(t *testing.T, password string) *guest {
 	// text console.
 	g.Kernel = g.BzImage
 	port := freeport.Get(t)
+	qmpSocket := filepath.Join(t.TempDir(), "qmp.sock")
 	args := append([]string{
+		"-qmp", "unix:" + qmpSocket + ",server=on,wait=off",
 		"-nodefaults", "-display", "none", "-machine", "q35,accel=tcg", "-m", "256",
 		// The display and pointer of vmop's qemu template.
 		"-device", "virtio-vga", "-device", "qemu-xhci", "-device", "usb-tablet", "-serial", "stdio",
@@ -64,6 +69,10 @@ func startGuest(t *testing.T, password string) *guest {
 		}
 	})
 	gu.waitSerial(t, testguest.ReadyLine, 2*time.Minute)
+	var err error
+	gu.qmp, err = qmp.Dial(t.Context(), qmpSocket)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = gu.qmp.Close() })
 	return gu
 }
 
@@ -77,12 +86,20 @@ func (g *guest) waitSerial(t *testing.T, line string, within time.Duration) {
 	})
 }
 
-// serve runs a console server for the guest until the test ends; the
-// display's connections are added to conns when given.
-func serve(t *testing.T, g *guest, password string, conns chan<- net.Conn) string {
+// console is a page's session: its password, whether the password is not
+// yet confirmed, and where the display's connections go when set.
+type console struct {
+	password string
+	pending  bool
+	conns    chan<- net.Conn
+}
+
+// serve runs a console server for the guest until the test ends.
+func serve(t *testing.T, g *guest, c console) string {
 	t.Helper()
+	password, conns := c.password, c.conns
 	s, err := webconsole.New(webconsole.Config{
-		Session: webconsole.Session{Namespace: "ns", VM: "guest", Password: password, Expiry: 30,
+		Session: webconsole.Session{Namespace: "ns", VM: "guest", Password: password, Expiry: 30, Pending: c.pending,
 			Command: "kubectl vm console --browser -n ns guest", Client: "spice-html5 0.2.1"},
 		Dial: func(ctx context.Context) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", g.spice)
@@ -112,7 +129,7 @@ func TestBrowser(t *testing.T) {
 	const password = "one-time"
 	g := startGuest(t, password)
 	ctx := headless.Start(t)
-	url := serve(t, g, password, nil)
+	url := serve(t, g, console{password: password})
 
 	start := time.Now()
 	_, err := chromedp.Run(ctx, chromedp.Navigate(url))
@@ -134,18 +151,34 @@ func TestBrowser(t *testing.T) {
 	t.Run("wrong password", func(t *testing.T) {
 		tab, cancel := chromedp.NewContext(ctx)
 		defer cancel()
-		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, "wrong", nil)))
+		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: "wrong"})))
 		require.NoError(t, err)
 		msg := consolepage.WaitState(tab, t, "refused", time.Minute)
 		require.Contains(t, msg, "The VM's display refused the password")
 		require.Contains(t, msg, "run: kubectl vm console --browser -n ns guest")
 	})
 
+	// In GitOps mode nothing confirms that the VM took the password:
+	// the page tries it again for a moment.
+	t.Run("pending password", func(t *testing.T) {
+		tab, cancel := chromedp.NewContext(ctx)
+		defer cancel()
+		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: "later", pending: true})))
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second) // refused, tried again
+		state, _, err := consolepage.State(tab)
+		require.NoError(t, err)
+		require.Equal(t, "connecting", state)
+		require.NoError(t, g.qmp.SetPassword(t.Context(), "spice", "later", "keep"))
+		consolepage.WaitState(tab, t, "connected", time.Minute)
+		require.NoError(t, g.qmp.SetPassword(t.Context(), "spice", password, "keep"))
+	})
+
 	t.Run("connection drops", func(t *testing.T) {
 		conns := make(chan net.Conn, 16)
 		tab, cancel := chromedp.NewContext(ctx)
 		defer cancel()
-		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, password, conns)))
+		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: password, conns: conns})))
 		require.NoError(t, err)
 		consolepage.WaitState(tab, t, "connected", time.Minute)
 		for len(conns) > 0 {

@@ -32,6 +32,9 @@ type Session struct {
 	Password string `json:"password"`
 	// Expiry is how long the password lets a client log in, in seconds.
 	Expiry int64 `json:"expiry"`
+	// Pending: nothing confirmed that the VM took the password (GitOps
+	// mode has no status to say so); the page tries again for a moment.
+	Pending bool `json:"pending"`
 	// Command gives a new password, for the page to tell.
 	Command string `json:"command"`
 	// Client names the SPICE client and its licence, for the page's footer.

@@ -30,6 +30,7 @@ func (o *Options) runBrowser(ctx context.Context, vm *vmclient.VM, ep *endpoint,
 		Session: webconsole.Session{
 			Namespace: vm.Namespace, VM: vm.Name, Password: password,
 			Expiry:  int64(o.Expiry.Seconds()),
+			Pending: vm.Mode == vmclient.ModeGitOps,
 			Command: fmt.Sprintf("%s console --browser -n %s %s", o.cmdName, vm.Namespace, vm.Name),
 			Client:  "spice-html5 " + spicehtml5.Version,
 		},

@@ -39,7 +39,8 @@ function render() {
     text = `${ended}\n${again()}`;
   } else if (failure) {
     state = 'dropped';
-    text = `The connection to the VM's display ended (${failure.message}).\n${again()}`;
+    text = `The connection to the VM's display ended (${failure.message}): another console may have taken ` +
+      `it over (the display serves one client at a time), or the network dropped.\n${again()}`;
   }
   if (commandGone && state !== 'ended') {
     text += `\n${ended}`;
@@ -55,9 +56,20 @@ function render() {
   $('ctrl-alt-del').disabled = state !== 'connected';
 }
 
+// pendingFor is how long a refused password is tried again when no
+// status confirmed that the VM took it (GitOps mode): the runner applies
+// it a moment after the command wrote it.
+const pendingFor = 15000;
+const loaded = Date.now();
+
 function onError(e) {
-  if (failure === null) failure = e;
   if (sc) sc.stop();
+  if (e.message === 'Permission denied.' && session.pending && Date.now() - loaded < pendingFor) {
+    $('status').textContent = 'Waiting for the VM to take the new password…';
+    window.setTimeout(connect, 1000);
+    return;
+  }
+  if (failure === null) failure = e;
   render();
 }
 
@@ -92,14 +104,7 @@ function events() {
   };
 }
 
-async function main() {
-  session = await (await fetch('session', { cache: 'no-store' })).json();
-  document.title = `${session.namespace}/${session.vm} – VM console`;
-  $('title').textContent = `vm ${session.namespace}/${session.vm}`;
-  $('client').textContent = session.client;
-  events();
-  document.body.dataset.state = 'connecting';
-  render();
+function connect() {
   sc = new Spice.SpiceMainConn({
     uri: wsURL('spice'),
     screen_id: 'spice-screen',
@@ -110,6 +115,17 @@ async function main() {
   });
   // spice-html5's sendCtrlAltDel reads the connection from window.sc.
   window.sc = sc;
+}
+
+async function main() {
+  session = await (await fetch('session', { cache: 'no-store' })).json();
+  document.title = `${session.namespace}/${session.vm} – VM console`;
+  $('title').textContent = `vm ${session.namespace}/${session.vm}`;
+  $('client').textContent = session.client;
+  events();
+  document.body.dataset.state = 'connecting';
+  render();
+  connect();
   $('ctrl-alt-del').onclick = () => {
     Spice.sendCtrlAltDel();
     const canvas = document.querySelector('#spice-screen canvas');
