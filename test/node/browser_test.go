@@ -207,6 +207,7 @@ func (p *browserPage) stopped(t *testing.T, ns, vm string) {
 		t.Fatalf("kubectl vm console --browser did not end when its page closed:\n%s", p.stderr.String())
 	}
 	require.Contains(t, p.stderr.String(), "The page was closed")
+	t.Logf("kubectl vm console --browser, the VM stopped:\n%s", p.stderr.String())
 	require.True(t, strings.Contains(p.stderr.String(), "stopped"), p.stderr.String())
 }
 
@@ -231,5 +232,6 @@ func gitopsBrowserConsole(t *testing.T, ns, vm string) {
 	closeTab()
 	require.NoError(t, cmd.Wait(), stderr.String())
 	require.Contains(t, stderr.String(), "The page was closed")
+	require.NotRegexp(t, `(?m)^E\d{4} `, stderr.String(), "client-go's error log")
 	t.Logf("kubectl vm console --browser in GitOps mode:\n%s", stderr.String())
 }

@@ -191,9 +191,14 @@ func (s *Server) closeIfNoPage() {
 	}
 }
 
-// notify tells every open page, and the pages that open later.
+// notify tells every open page, and the pages that open later, once:
+// each of the client's channels sees the same end.
 func (s *Server) notify(ctx context.Context, n Notice) {
 	s.mu.Lock()
+	if len(s.notices) > 0 && s.notices[len(s.notices)-1] == n {
+		s.mu.Unlock()
+		return
+	}
 	s.notices = append(s.notices, n)
 	pages := make([]*websocket.Conn, 0, len(s.pages))
 	for c := range s.pages {
@@ -246,7 +251,7 @@ func (s *Server) spice(w http.ResponseWriter, r *http.Request) {
 		ended <- false
 	}()
 	go func() {
-		_, _ = io.Copy(page, display)
+		_, _ = io.Copy(&drain{w: page}, display)
 		ended <- true
 	}()
 	if <-ended {
@@ -256,7 +261,30 @@ func (s *Server) spice(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	_ = display.Close()
+	// The page went first: half-close, and read the display out until it
+	// closes too, so that a port forward ends its stream rather than write
+	// into a closed socket (which client-go logs as an error).
+	if hc, ok := display.(interface{ CloseWrite() error }); ok && hc.CloseWrite() == nil {
+		select {
+		case <-ended:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// drain writes to w until w fails, then discards what it is given.
+type drain struct {
+	w      io.Writer
+	failed bool
+}
+
+func (d *drain) Write(p []byte) (int, error) {
+	if !d.failed {
+		if _, err := d.w.Write(p); err != nil {
+			d.failed = true
+		}
+	}
+	return len(p), nil
 }
 
 func (s *Server) why(ctx context.Context, err error) *Notice {

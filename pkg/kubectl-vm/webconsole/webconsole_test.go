@@ -135,6 +135,10 @@ func TestNotice(t *testing.T) {
 	require.Equal(t, "binary", header.Get("Sec-WebSocket-Protocol"), "spice-html5 asks for it")
 	_, _, err := spice.Read(t.Context())
 	require.Equal(t, websocket.StatusTryAgainLater, websocket.CloseStatus(err), "%v", err)
+	// A second channel that ends the same way adds no notice.
+	again, _ := dial(t, ws+"spice", &websocket.DialOptions{Subprotocols: []string{"binary"}})
+	_, _, err = again.Read(t.Context())
+	require.Equal(t, websocket.StatusTryAgainLater, websocket.CloseStatus(err), "%v", err)
 	later, _ := dial(t, ws+"events", nil)
 	for _, c := range []*websocket.Conn{events, later} {
 		_, b, err := c.Read(t.Context())
@@ -143,6 +147,10 @@ func TestNotice(t *testing.T) {
 		require.NoError(t, json.Unmarshal(b, &n))
 		require.Equal(t, *why, n)
 	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, b, err := later.Read(ctx)
+	require.Error(t, err, "a second notice: %s", b)
 }
 
 // dial opens a WebSocket and returns it with the handshake's headers.

@@ -232,9 +232,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if ep.forward != nil {
-		defer ep.forward.Close()
-	}
+	defer ep.close()
 	password, err := o.setPassword(ctx, vm)
 	if err != nil {
 		return err
@@ -245,7 +243,7 @@ func (o *Options) Run(ctx context.Context) error {
 	vv := connectionFile(ep, password, vm.Namespace+"/"+vm.Name)
 	if o.PrintVV {
 		_, err := o.Out.Write(vv)
-		if err != nil || ep.forward == nil {
+		if err != nil || !ep.forwarded() {
 			return err
 		}
 		return o.holdForward(ctx, ep)
@@ -260,7 +258,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	if o.NoLaunch {
 		fmt.Fprintln(o.Out, file)
-		if ep.forward == nil {
+		if !ep.forwarded() {
 			return nil
 		}
 		return o.holdForward(ctx, ep)

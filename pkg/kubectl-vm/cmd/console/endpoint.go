@@ -24,11 +24,23 @@ type endpoint struct {
 	host  string
 	port  int32
 	proxy string // an HTTP CONNECT proxy, from spec.vm.display.spice.proxyUrl
-	// forward, when set, carries the connections to the pod; forwardEnded
-	// is closed when it ended, for the reason in forwardErr.
-	forward      *portforward.PortForwarder
+	// stop, when set, ends the port forward that carries the connections
+	// to the pod; forwardEnded is closed when it ended, for forwardErr.
+	stop         context.CancelFunc
 	forwardEnded chan struct{}
 	forwardErr   error
+}
+
+// forwarded tells whether a port forward carries the connections.
+func (ep *endpoint) forwarded() bool { return ep.stop != nil }
+
+// close ends the port forward through its context: ForwardPorts closes
+// its listeners itself, and client-go logs a second Close as an error.
+func (ep *endpoint) close() {
+	if ep.stop != nil {
+		ep.stop()
+		<-ep.forwardEnded
+	}
 }
 
 // endpoint finds the way to the display: the LoadBalancer Service's
@@ -80,29 +92,32 @@ func (o *Options) portForward(ctx context.Context, pod *corev1.Pod, port int32) 
 	dialer := portforward.NewFallbackDialer(tunnel, spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u),
 		podexec.UpgradeRefused)
 	ready := make(chan struct{})
-	fw, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, ready, io.Discard, o.ErrOut)
+	fctx, stop := context.WithCancel(ctx)
+	fw, err := portforward.NewOnAddressesWithContext(fctx, dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, ready, io.Discard, o.ErrOut)
 	if err != nil {
+		stop()
 		return nil, err
 	}
-	failed := make(chan error, 1)
-	go func() { failed <- fw.ForwardPorts() }()
+	ep := &endpoint{host: "127.0.0.1", stop: stop, forwardEnded: make(chan struct{})}
+	go func() {
+		ep.forwardErr = fw.ForwardPorts()
+		close(ep.forwardEnded)
+	}()
 	select {
 	case <-ready:
-	case err := <-failed:
-		return nil, fmt.Errorf("port forward to pod %s/%s port %d: %w", pod.Namespace, pod.Name, port, o.client.Explain(err))
+	case <-ep.forwardEnded:
+		stop()
+		return nil, fmt.Errorf("port forward to pod %s/%s port %d: %w", pod.Namespace, pod.Name, port, o.client.Explain(ep.forwardErr))
 	case <-ctx.Done():
+		ep.close()
 		return nil, ctx.Err()
 	}
 	ports, err := fw.GetPorts()
 	if err != nil {
-		fw.Close()
+		ep.close()
 		return nil, err
 	}
-	ep := &endpoint{host: "127.0.0.1", port: int32(ports[0].Local), forward: fw, forwardEnded: make(chan struct{})}
-	go func() {
-		ep.forwardErr = <-failed
-		close(ep.forwardEnded)
-	}()
+	ep.port = int32(ports[0].Local)
 	return ep, nil
 }
 
