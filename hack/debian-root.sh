@@ -8,7 +8,7 @@
 # debian-root-hook.sh. The DROP_PACKAGEs come by dependency but are not
 # wanted; their files are left out. So are documentation, translations and
 # what apt leaves. hack/runner-root.sh and hack/gitops-root.sh call it and
-# cache what it makes.
+# cache what it makes (hack/root-cache.sh).
 #
 # The mirror is the one the machine's apt uses (VMOP_DEBIAN_MIRROR
 # overrides it); the suites are trixie, trixie-updates and trixie-security.

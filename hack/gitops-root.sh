@@ -21,18 +21,10 @@ packages=(base-files coreutils dash git gpg gpg-agent ca-certificates redis-serv
 drop_packages=(perl perl-base perl-modules-5.40 libperl5.40 liberror-perl libgdbm-compat4t64 libgdbm6t64 libdb5.3t64
 	git-man adduser passwd debconf login.defs openssl mawk)
 
-key=$(cat "$0" "$here/debian-root.sh" "$here/debian-root-hook.sh" | sha256sum | cut -c1-16)
 out=${1:-}
 if [ -z "$out" ]; then
-	cache=${VMOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop}/images
-	out=$cache/gitops-root-$key
-	mkdir -p "$cache"
-	exec 9>"$cache/.lock"
-	flock 9
-	if [ -e "$out/usr/bin/redis-server" ]; then
-		echo "$out"
-		exit 0
-	fi
+	. "$here/root-cache.sh"
+	root_cache gitops-root usr/bin/redis-server
 fi
 
 tmp=$out.tmp

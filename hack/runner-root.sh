@@ -34,18 +34,10 @@ drop_paths=(usr/lib/x86_64-linux-gnu/qemu/block-rbd.so usr/lib/x86_64-linux-gnu/
 	# translations).
 	usr/share/iso-codes usr/share/xml/iso-codes)
 
-key=$(cat "$0" "$here/debian-root.sh" "$here/debian-root-hook.sh" | sha256sum | cut -c1-16)
 out=${1:-}
 if [ -z "$out" ]; then
-	cache=${VMOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop}/images
-	out=$cache/vm-runner-root-$key
-	mkdir -p "$cache"
-	exec 9>"$cache/.lock"
-	flock 9
-	if [ -e "$out/usr/bin/qemu-system-x86_64" ]; then
-		echo "$out"
-		exit 0
-	fi
+	. "$here/root-cache.sh"
+	root_cache vm-runner-root usr/bin/qemu-system-x86_64
 fi
 
 tmp=$out.tmp
