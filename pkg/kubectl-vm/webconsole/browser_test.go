@@ -108,7 +108,7 @@ func serve(t *testing.T, g *guest, c console) string {
 			}
 			return c, err
 		},
-		Why: func(context.Context, error) *webconsole.Notice {
+		Why: func(context.Context) *webconsole.Notice {
 			select {
 			case <-g.exited:
 				return &webconsole.Notice{Kind: "stopped", Message: "The VM ns/guest stopped."}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sync/singleflight"
 
 	spicehtml5 "github.com/vmop/vmop/third_party/spice-html5"
 )
@@ -54,9 +55,9 @@ type Config struct {
 	// Dial opens a connection to the VM's SPICE port.
 	Dial func(ctx context.Context) (net.Conn, error)
 	// Why tells, after the display's side ended a connection or a dial
-	// failed (err), whether the VM stopped or the way to it dropped; nil
-	// when neither (the display closed it, as after a refused password).
-	Why func(ctx context.Context, err error) *Notice
+	// failed, whether the VM stopped or the way to it dropped; nil when
+	// neither (the display closed it, as after a refused password).
+	Why func(ctx context.Context) *Notice
 	// Log gets a line for each notice, for the terminal.
 	Log io.Writer
 	// Grace is how long the command waits for a page that closed to come
@@ -70,9 +71,11 @@ type Server struct {
 	token string
 	mux   *http.ServeMux
 
+	// whyCalls lets the channels that end at once share one Why.
+	whyCalls singleflight.Group
+
 	mu      sync.Mutex
 	pages   map[*websocket.Conn]struct{}
-	opened  bool        // a page was open once
 	closing *time.Timer // runs while no page is open
 	closed  chan struct{}
 	notices []Notice // sent again to a page that opens later
@@ -159,7 +162,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.pages[c] = struct{}{}
-	s.opened = true
 	if s.closing != nil {
 		s.closing.Stop()
 		s.closing = nil
@@ -235,7 +237,7 @@ func (s *Server) spice(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	display, err := s.cfg.Dial(ctx)
 	if err != nil {
-		n := s.why(ctx, err)
+		n := s.why(ctx)
 		if n == nil {
 			n = &Notice{Kind: "unreachable", Message: fmt.Sprintf("Cannot reach the VM's display: %v", err)}
 		}
@@ -256,7 +258,7 @@ func (s *Server) spice(w http.ResponseWriter, r *http.Request) {
 	}()
 	if <-ended {
 		_ = page.Close()
-		if n := s.why(ctx, nil); n != nil {
+		if n := s.why(ctx); n != nil {
 			s.notify(ctx, *n)
 		}
 		return
@@ -287,11 +289,15 @@ func (d *drain) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (s *Server) why(ctx context.Context, err error) *Notice {
+// why runs Why once for the channels that ask together: every channel of
+// the client ends at once when the display goes, and each would watch
+// the VM's pod for the same answer.
+func (s *Server) why(ctx context.Context) *Notice {
 	if s.cfg.Why == nil {
 		return nil
 	}
-	return s.cfg.Why(ctx, err)
+	n, _, _ := s.whyCalls.Do("why", func() (any, error) { return s.cfg.Why(ctx), nil })
+	return n.(*Notice)
 }
 
 // truncate keeps a close reason within WebSocket's 123 bytes.

@@ -127,7 +127,7 @@ func TestPageClosed(t *testing.T) {
 func TestNotice(t *testing.T) {
 	why := &webconsole.Notice{Kind: "stopped", Message: "The VM ns/vm stopped."}
 	s, ts := newServer(t, webconsole.Config{
-		Why: func(context.Context, error) *webconsole.Notice { return why },
+		Why: func(context.Context) *webconsole.Notice { return why },
 	})
 	ws := "ws" + strings.TrimPrefix(ts.URL, "http") + s.Path()
 	events, _ := dial(t, ws+"events", nil)

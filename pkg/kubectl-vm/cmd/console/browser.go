@@ -37,7 +37,7 @@ func (o *Options) runBrowser(ctx context.Context, vm *vmclient.VM, ep *endpoint,
 		Dial: func(ctx context.Context) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		},
-		Why: func(ctx context.Context, err error) *webconsole.Notice { return o.whyEnded(ctx, vm, ep, err) },
+		Why: func(ctx context.Context) *webconsole.Notice { return o.whyEnded(ctx, vm, ep) },
 		Log: o.ErrOut,
 	})
 	if err != nil {
@@ -81,11 +81,12 @@ func (o *Options) openBrowser(url string) error {
 	return browser.OpenURL(url)
 }
 
-// whyEnded tells the page why the display's side ended a connection: the
-// VM's pod is going or gone (watched for a moment: qemu exits before the
-// pod does), or the port forward through the API server ended. Else nil:
-// the display closed it itself, as after a refused password.
-func (o *Options) whyEnded(ctx context.Context, vm *vmclient.VM, ep *endpoint, err error) *webconsole.Notice {
+// whyEnded tells the page why the display's side ended a connection or
+// could not be reached: the VM's pod is going or gone (watched for a
+// moment: qemu exits before the pod does), or the port forward through the
+// API server ended. Else nil: the display closed it itself, as after a
+// refused password (webconsole words an unreachable display itself).
+func (o *Options) whyEnded(ctx context.Context, vm *vmclient.VM, ep *endpoint) *webconsole.Notice {
 	deadline := time.Now().Add(stopWait)
 	for {
 		pod, perr := o.client.Pod(ctx, vm)
@@ -100,20 +101,21 @@ func (o *Options) whyEnded(ctx context.Context, vm *vmclient.VM, ep *endpoint, e
 		default:
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			break
+			return nil
 		}
 		time.Sleep(time.Second)
 	}
-	if err != nil {
-		return &webconsole.Notice{Kind: "unreachable", Message: fmt.Sprintf("Cannot reach the VM's display: %v", err)}
-	}
-	return nil
+}
+
+// podRunning tells whether pod runs and is not being deleted.
+func podRunning(pod *corev1.Pod) bool {
+	return pod != nil && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning
 }
 
 // runnerRunning tells whether pod runs, and is not being deleted, with its
 // runner container running.
 func runnerRunning(pod *corev1.Pod) bool {
-	if pod == nil || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+	if !podRunning(pod) {
 		return false
 	}
 	for _, s := range pod.Status.ContainerStatuses {

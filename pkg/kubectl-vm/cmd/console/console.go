@@ -217,7 +217,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if pod == nil || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+	if !podRunning(pod) {
 		return fmt.Errorf("%s is not running: start it with %s start %s", o.Name, o.cmdName, o.Name)
 	}
 	// Reached before the password is set, so that the password's short
