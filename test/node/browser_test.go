@@ -52,18 +52,39 @@ type browserPage struct {
 // urlPattern is the page's URL: loopback, a free port, the token.
 const urlPattern = `^http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]{32}/$`
 
-// startBrowserConsole runs kubectl vm console --browser as the user
-// viewer of ns with args, and env added to its environment.
-func startBrowserConsole(t *testing.T, ns, vm string, env []string, args ...string) (*browserPage, io.Reader) {
+// startBrowserConsole runs kubectl vm console --browser with args (the
+// user, namespace and VM among them), and env added to its environment.
+func startBrowserConsole(t *testing.T, env []string, args ...string) (*browserPage, io.Reader) {
 	p := &browserPage{stderr: &syncbuffer.Buffer{}}
-	p.cmd = kubectlCmd(context.WithoutCancel(t.Context()), append([]string{"vm", "--as", "system:serviceaccount:" + ns + ":viewer",
-		"console", "--browser", "-n", ns, vm}, args...)...)
+	p.cmd = kubectlCmd(context.WithoutCancel(t.Context()), append([]string{"vm", "console", "--browser"}, args...)...)
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, p.cmd.Start())
 	return p, out
+}
+
+// openNoLaunch runs kubectl vm console --browser --no-launch with args and
+// opens the URL it prints, as a user would, in a new tab of browser, until
+// the page is connected and shows the test guest's screen.
+func openNoLaunch(t *testing.T, browser context.Context, args ...string) *browserPage {
+	p, out := startBrowserConsole(t, nil, append([]string{"--no-launch"}, args...)...)
+	defer func() {
+		if t.Failed() {
+			p.end()
+		}
+	}()
+	lines := bufio.NewScanner(out)
+	require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", p.stderr.String())
+	p.url = lines.Text()
+	require.Regexp(t, urlPattern, p.url)
+	p.tab, p.close = chromedp.NewContext(browser)
+	_, err := chromedp.Run(p.tab, chromedp.Navigate(p.url))
+	require.NoError(t, err)
+	consolepage.WaitTestGuest(p.tab, t, time.Minute)
+	consolepage.WaitState(p.tab, t, "connected", time.Minute)
+	return p
 }
 
 // browserConsole opens the display of the running test guest (booted with
@@ -86,7 +107,8 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 
 	const expiry = 20 * time.Second
 	start := time.Now()
-	p, _ := startBrowserConsole(t, ns, vm, []string{"BROWSER=" + script}, "--expiry", expiry.String())
+	asViewer := []string{"--as", "system:serviceaccount:" + ns + ":viewer", "-n", ns, vm}
+	p, _ := startBrowserConsole(t, []string{"BROWSER=" + script}, append(asViewer, "--expiry", expiry.String())...)
 	defer func() {
 		if t.Failed() {
 			p.end()
@@ -153,22 +175,13 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 
 	// With --no-launch the user opens the URL: this page takes the display
 	// over (SPICE serves one client), and the first page says it lost it.
-	q, out := startBrowserConsole(t, ns, vm, nil, "--no-launch")
+	q := openNoLaunch(t, browser, asViewer...)
 	defer func() {
 		if t.Failed() {
 			q.end()
 		}
 	}()
-	lines := bufio.NewScanner(out)
-	require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", q.stderr.String())
-	q.url = lines.Text()
-	require.Regexp(t, urlPattern, q.url)
 	require.NotEqual(t, p.url, q.url, "a new token")
-	q.tab, q.close = chromedp.NewContext(browser)
-	_, err = chromedp.Run(q.tab, chromedp.Navigate(q.url))
-	require.NoError(t, err)
-	consolepage.WaitTestGuest(q.tab, t, time.Minute)
-	consolepage.WaitState(q.tab, t, "connected", time.Minute)
 	msg := consolepage.WaitState(p.tab, t, "dropped", time.Minute)
 	require.Contains(t, msg, "another console may have taken it over")
 
@@ -208,30 +221,17 @@ func (p *browserPage) stopped(t *testing.T, ns, vm string) {
 	}
 	require.Contains(t, p.stderr.String(), "The page was closed")
 	t.Logf("kubectl vm console --browser, the VM stopped:\n%s", p.stderr.String())
-	require.True(t, strings.Contains(p.stderr.String(), "stopped"), p.stderr.String())
+	require.Contains(t, p.stderr.String(), "stopped")
 }
 
 // gitopsBrowserConsole opens the display of a rendered VM (no
 // VirtualMachine, so no status confirms the new password) in the browser:
 // the page shows the guest's screen, and closing it ends the command.
 func gitopsBrowserConsole(t *testing.T, ns, vm string) {
-	browser := headless.Start(t)
-	cmd := kubectlCmd(t.Context(), "vm", "console", "--browser", "--no-launch", "-n", ns, vm)
-	var stderr syncbuffer.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	lines := bufio.NewScanner(out)
-	require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", stderr.String())
-	tab, closeTab := chromedp.NewContext(browser)
-	_, err = chromedp.Run(tab, chromedp.Navigate(lines.Text()))
-	require.NoError(t, err)
-	consolepage.WaitTestGuest(tab, t, time.Minute)
-	consolepage.WaitState(tab, t, "connected", time.Minute)
-	closeTab()
-	require.NoError(t, cmd.Wait(), stderr.String())
-	require.Contains(t, stderr.String(), "The page was closed")
-	require.NotRegexp(t, `(?m)^E\d{4} `, stderr.String(), "client-go's error log")
-	t.Logf("kubectl vm console --browser in GitOps mode:\n%s", stderr.String())
+	p := openNoLaunch(t, headless.Start(t), "-n", ns, vm)
+	p.close()
+	require.NoError(t, p.cmd.Wait(), p.stderr.String())
+	require.Contains(t, p.stderr.String(), "The page was closed")
+	require.NotRegexp(t, `(?m)^E\d{4} `, p.stderr.String(), "client-go's error log")
+	t.Logf("kubectl vm console --browser in GitOps mode:\n%s", p.stderr.String())
 }
