@@ -97,6 +97,9 @@ func TestLiveCDChanges(t *testing.T) {
 	n := len(v.q.commands(0))
 	c.VM.Drives[1].File = b
 	v.reload(c)
+	// The report reload waited for may be an earlier step's, late under
+	// load: wait for the change's commands.
+	v.rec.wait(t, "the CD commands", func() bool { return len(v.q.commands(n)) >= 3 })
 	require.Equal(t, []string{
 		`blockdev-open-tray {"force":false,"id":"cd0"}`,
 		"query-block",
@@ -111,6 +114,7 @@ func TestLiveCDChanges(t *testing.T) {
 	c.VM.Drives[1].File = ""
 	c.VM.Drives[2].File = missing
 	v.reload(c)
+	v.rec.wait(t, "the CD commands", func() bool { return len(v.q.commands(n)) >= 9 })
 	require.Equal(t, []string{
 		`blockdev-open-tray {"force":false,"id":"cd0"}`,
 		"query-block",
