@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -128,7 +129,8 @@ func serve(t *testing.T, g *guest, c console) string {
 func TestBrowser(t *testing.T) {
 	const password = "one-time"
 	g := startGuest(t, password)
-	ctx := headless.Start(t)
+	browser := headless.Start(t)
+	ctx, _ := headless.Tab(browser, t)
 	url := serve(t, g, console{password: password})
 
 	start := time.Now()
@@ -149,7 +151,7 @@ func TestBrowser(t *testing.T) {
 	headless.Screenshot(ctx, t, "console.png")
 
 	t.Run("wrong password", func(t *testing.T) {
-		tab, cancel := chromedp.NewContext(ctx)
+		tab, cancel := headless.Tab(browser, t)
 		defer cancel()
 		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: "wrong"})))
 		require.NoError(t, err)
@@ -161,7 +163,7 @@ func TestBrowser(t *testing.T) {
 	// In GitOps mode nothing confirms that the VM took the password:
 	// the page tries it again for a moment.
 	t.Run("pending password", func(t *testing.T) {
-		tab, cancel := chromedp.NewContext(ctx)
+		tab, cancel := headless.Tab(browser, t)
 		defer cancel()
 		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: "later", pending: true})))
 		require.NoError(t, err)
@@ -176,7 +178,7 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("connection drops", func(t *testing.T) {
 		conns := make(chan net.Conn, 16)
-		tab, cancel := chromedp.NewContext(ctx)
+		tab, cancel := headless.Tab(browser, t)
 		defer cancel()
 		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: password, conns: conns})))
 		require.NoError(t, err)
@@ -187,6 +189,21 @@ func TestBrowser(t *testing.T) {
 		msg := consolepage.WaitState(tab, t, "dropped", time.Minute)
 		require.Contains(t, msg, "The connection to the VM's display ended")
 		require.Contains(t, msg, "run: kubectl vm console --browser -n ns guest")
+	})
+
+	// A module the browser cannot load (a proxy, an extension) would
+	// leave the page at "Loading…": it says what failed.
+	t.Run("module not loaded", func(t *testing.T) {
+		tab, cancel := headless.Tab(browser, t)
+		defer cancel()
+		_, err := chromedp.Call(tab, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: []*network.BlockPattern{
+			{URLPattern: "*://*:*/*/spice-html5/src/display.js", Block: true}}})
+		require.NoError(t, err)
+		_, err = chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: password})))
+		require.NoError(t, err)
+		msg := consolepage.WaitState(tab, t, "failed", time.Minute)
+		require.Contains(t, msg, "The page could not start (http://127.0.0.1:")
+		require.Contains(t, msg, "/console.js or a module it imports did not load). Reload it")
 	})
 
 	// The VM stops: the page says so.

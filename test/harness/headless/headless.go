@@ -19,7 +19,7 @@ import (
 const Chromium = "/usr/bin/chromium"
 
 // Start runs chromium headless until the test ends and returns a context
-// of its first tab, for chromedp.Run.
+// of its first tab, from which Tab opens the tests' pages.
 func Start(t testing.TB) context.Context {
 	t.Helper()
 	prereq.Files(t, "chromium", Chromium)

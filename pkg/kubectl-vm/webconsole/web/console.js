@@ -49,7 +49,7 @@ function render() {
   $('status').textContent = {
     loading: 'Loading…', connecting: 'Connecting…', connected: 'Connected',
     refused: 'Password refused', stopped: 'VM stopped', dropped: 'Disconnected',
-    unreachable: 'Display unreachable', ended: 'Ended',
+    unreachable: 'Display unreachable', ended: 'Ended', failed: 'Page failed',
   }[state] || state;
   $('message').hidden = text === null;
   $('message').textContent = text || '';
@@ -133,7 +133,5 @@ async function main() {
   };
 }
 
-main().catch((e) => {
-  failure = e;
-  render();
-});
+// The session's fetch fails when the command has ended.
+main().catch((e) => window.loadFailed(e.message));
