@@ -6,12 +6,12 @@ package headless
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/vmop/vmop/test/harness/artifact"
 	"github.com/vmop/vmop/test/harness/prereq"
 )
 
@@ -45,8 +45,8 @@ func Start(t testing.TB) context.Context {
 	return ctx
 }
 
-// Screenshot saves a PNG of the tab's page as name in the test's artifact
-// directory (kept with go test -artifacts) and logs its path.
+// Screenshot keeps a PNG of the tab's page as name among the test's
+// artifacts.
 func Screenshot(ctx context.Context, t testing.TB, name string) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
@@ -54,10 +54,5 @@ func Screenshot(ctx context.Context, t testing.TB, name string) {
 		t.Errorf("screenshot: %v", err)
 		return
 	}
-	path := filepath.Join(t.ArtifactDir(), name)
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Errorf("screenshot: %v", err)
-		return
-	}
-	t.Logf("screenshot: %s", path)
+	artifact.Save(t, name, png)
 }

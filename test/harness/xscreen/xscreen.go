@@ -4,6 +4,7 @@ package xscreen
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vmop/vmop/test/harness/artifact"
 	"github.com/vmop/vmop/test/harness/prereq"
 )
 
@@ -43,16 +45,12 @@ func Shot(display string) (*image.RGBA, error) {
 	return decodeXWD(b)
 }
 
-// Save writes img as a PNG among the test's artifacts (kept with go test
-// -artifacts) and logs where.
+// Save keeps img as a PNG among the test's artifacts.
 func Save(t *testing.T, img image.Image, name string) {
 	t.Helper()
-	path := filepath.Join(t.ArtifactDir(), name)
-	out, err := os.Create(path)
-	require.NoError(t, err)
-	require.NoError(t, png.Encode(out, img))
-	require.NoError(t, out.Close())
-	t.Logf("screenshot: %s", path)
+	var b bytes.Buffer
+	require.NoError(t, png.Encode(&b, img))
+	artifact.Save(t, name, b.Bytes())
 }
 
 // ShowsGuest tells whether the screen shows the guest's display: the
