@@ -79,7 +79,7 @@ func openNoLaunch(t *testing.T, browser context.Context, args ...string) *browse
 	require.True(t, lines.Scan(), "no URL from kubectl vm console --browser --no-launch: %s", p.stderr.String())
 	p.url = lines.Text()
 	require.Regexp(t, urlPattern, p.url)
-	p.tab, p.close = headless.Tab(browser, t)
+	p.tab, p.close = headless.Tab(t, browser)
 	_, err := chromedp.Run(p.tab, chromedp.Navigate(p.url))
 	require.NoError(t, err)
 	consolepage.WaitTestGuest(p.tab, t, time.Minute)
@@ -126,7 +126,7 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 	require.Regexp(t, urlPattern, p.url)
 	t.Logf("kubectl vm console --browser: $BROWSER %s (%v)\n%s", p.url, time.Since(start).Round(time.Millisecond), p.stderr.String())
 
-	p.tab, p.close = headless.Tab(browser, t)
+	p.tab, p.close = headless.Tab(t, browser)
 	_, err := chromedp.Call(p.tab, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: countBytes})
 	require.NoError(t, err)
 	_, err = chromedp.Run(p.tab, chromedp.Navigate(p.url))
@@ -158,7 +158,7 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 
 	t.Run("spent password refused", func(t *testing.T) {
 		time.Sleep(time.Until(applied.Add(expiry + 2*time.Second)))
-		tab, closeTab := headless.Tab(browser, t)
+		tab, closeTab := headless.Tab(t, browser)
 		defer closeTab()
 		_, err := chromedp.Run(tab, chromedp.Navigate(p.url))
 		require.NoError(t, err)

@@ -130,7 +130,7 @@ func TestBrowser(t *testing.T) {
 	const password = "one-time"
 	g := startGuest(t, password)
 	browser := headless.Start(t)
-	ctx, _ := headless.Tab(browser, t)
+	ctx, _ := headless.Tab(t, browser)
 	url := serve(t, g, console{password: password})
 
 	start := time.Now()
@@ -151,7 +151,7 @@ func TestBrowser(t *testing.T) {
 	headless.Screenshot(ctx, t, "console.png")
 
 	t.Run("wrong password", func(t *testing.T) {
-		tab, cancel := headless.Tab(browser, t)
+		tab, cancel := headless.Tab(t, browser)
 		defer cancel()
 		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: "wrong"})))
 		require.NoError(t, err)
@@ -163,7 +163,7 @@ func TestBrowser(t *testing.T) {
 	// In GitOps mode nothing confirms that the VM took the password:
 	// the page tries it again for a moment.
 	t.Run("pending password", func(t *testing.T) {
-		tab, cancel := headless.Tab(browser, t)
+		tab, cancel := headless.Tab(t, browser)
 		defer cancel()
 		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: "later", pending: true})))
 		require.NoError(t, err)
@@ -178,7 +178,7 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("connection drops", func(t *testing.T) {
 		conns := make(chan net.Conn, 16)
-		tab, cancel := headless.Tab(browser, t)
+		tab, cancel := headless.Tab(t, browser)
 		defer cancel()
 		_, err := chromedp.Run(tab, chromedp.Navigate(serve(t, g, console{password: password, conns: conns})))
 		require.NoError(t, err)
@@ -194,7 +194,7 @@ func TestBrowser(t *testing.T) {
 	// A module the browser cannot load (a proxy, an extension) would
 	// leave the page at "Loading…": it says what failed.
 	t.Run("module not loaded", func(t *testing.T) {
-		tab, cancel := headless.Tab(browser, t)
+		tab, cancel := headless.Tab(t, browser)
 		defer cancel()
 		_, err := chromedp.Call(tab, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: []*network.BlockPattern{
 			{URLPattern: "*://*:*/*/spice-html5/src/display.js", Block: true}}})

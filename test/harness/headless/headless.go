@@ -19,7 +19,8 @@ import (
 const Chromium = "/usr/bin/chromium"
 
 // Start runs chromium headless until the test ends and returns a context
-// of its first tab, from which Tab opens the tests' pages.
+// of its first tab, from which Tab opens the tests' pages. When the test
+// fails, what each of those tabs did is logged.
 func Start(t testing.TB) context.Context {
 	t.Helper()
 	prereq.Files(t, "chromium", Chromium)
@@ -34,15 +35,19 @@ func Start(t testing.TB) context.Context {
 	)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	tabs := &tabs{}
 	t.Cleanup(func() {
 		cancel()
 		cancelAlloc()
+		if t.Failed() {
+			tabs.log(t)
+		}
 	})
 	// The first Run starts the browser.
 	if _, err := chromedp.Run(ctx, chromedp.Steps()); err != nil {
 		t.Fatalf("start %s: %v", Chromium, err)
 	}
-	return ctx
+	return context.WithValue(ctx, tabsKey{}, tabs)
 }
 
 // Screenshot keeps a PNG of the tab's page as name among the test's

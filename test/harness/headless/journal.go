@@ -15,31 +15,46 @@ import (
 )
 
 // Tab opens a new tab of browser (a context from Start); cancel closes
-// it, as does the test's end. As for Start's tab, what the tab's pages did
-// is logged when the test fails.
-func Tab(browser context.Context, t testing.TB) (ctx context.Context, cancel context.CancelFunc) {
+// it, as does the end of Start's test. What the tab's pages do (their
+// requests and how each ended, console messages, uncaught exceptions, the
+// browser's own log) is logged when Start's test fails: a page stuck in
+// the browser says why only there.
+func Tab(t testing.TB, browser context.Context) (ctx context.Context, cancel context.CancelFunc) {
 	t.Helper()
+	tabs, ok := browser.Value(tabsKey{}).(*tabs)
+	if !ok {
+		t.Fatal("headless.Tab: the context is not one from headless.Start")
+	}
 	ctx, cancel = chromedp.NewContext(browser)
-	t.Cleanup(cancel)
-	record(ctx, t)
+	j := &journal{start: time.Now(), urls: map[network.RequestID]string{}}
+	if err := chromedp.Listen(ctx, j.event); err != nil {
+		cancel()
+		t.Fatalf("open a tab: %v", err)
+	}
+	tabs.add(j)
 	return ctx, cancel
 }
 
-// record keeps what the tab's pages do (their requests and how each
-// ended, console messages, uncaught exceptions, the browser's own log)
-// and logs it when the test fails: a page stuck in the browser says why
-// only there.
-func record(ctx context.Context, t testing.TB) {
-	t.Helper()
-	j := &journal{start: time.Now(), urls: map[network.RequestID]string{}}
-	if err := chromedp.Listen(ctx, j.event); err != nil {
-		t.Fatalf("listen to the browser's tab: %v", err)
+type tabsKey struct{}
+
+// tabs are the journals of a browser's tabs.
+type tabs struct {
+	mu       sync.Mutex
+	journals []*journal
+}
+
+func (ts *tabs) add(j *journal) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.journals = append(ts.journals, j)
+}
+
+func (ts *tabs) log(t testing.TB) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for i, j := range ts.journals {
+		t.Logf("what the browser's tab %d did:\n%s", i+1, j.String())
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("what the browser's tab did:\n%s", j.String())
-		}
-	})
 }
 
 type journal struct {
