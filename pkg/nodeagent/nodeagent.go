@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -55,6 +56,14 @@ type Response struct {
 	PodNetwork *podnet.Network `json:"podNetwork,omitempty"`
 }
 
+// MaxRequest bounds what the agent reads of a request (a few hundred
+// bytes as vm-runner asks): a pod must not make the agent of its node,
+// which serves all its VM pods, run out of memory.
+const MaxRequest = 64 << 10
+
+// MaxPorts bounds the ports of a request's pod network, each one a rule.
+const MaxPorts = 1024
+
 // exchangeTimeout bounds one exchange once the agent has connected.
 const exchangeTimeout = time.Minute
 
@@ -92,11 +101,15 @@ func Ask(ctx context.Context, socket string, req Request) (*Response, error) {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(exchangeTimeout))
-	if err := json.NewEncoder(c).Encode(req); err != nil {
-		return nil, fmt.Errorf("asking the node agent: %w", err)
-	}
+	// The agent answers a container it refuses without reading its
+	// request: the answer may be there although the request found the
+	// socket closed.
+	werr := json.NewEncoder(c).Encode(req)
 	var resp Response
 	if err := json.NewDecoder(c).Decode(&resp); err != nil {
+		if werr != nil {
+			return nil, fmt.Errorf("asking the node agent: %w", werr)
+		}
 		return nil, fmt.Errorf("the node agent's answer: %w", err)
 	}
 	if resp.Error != "" {
@@ -110,14 +123,56 @@ func Ask(ctx context.Context, socket string, req Request) (*Response, error) {
 func Answer(c net.Conn, handle func(Request) Response) error {
 	_ = c.SetDeadline(time.Now().Add(exchangeTimeout))
 	var req Request
-	dec := json.NewDecoder(c)
+	dec := json.NewDecoder(&limitedReader{r: c, n: MaxRequest})
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		resp := Response{Error: fmt.Sprintf("reading the request: %v", err)}
-		_ = json.NewEncoder(c).Encode(resp)
-		return errors.New(resp.Error)
+	err := dec.Decode(&req)
+	if err != nil {
+		err = fmt.Errorf("reading the request: %w", err)
+	} else {
+		err = req.validate()
+	}
+	if err != nil {
+		_ = json.NewEncoder(c).Encode(Response{Error: err.Error()})
+		return err
 	}
 	return json.NewEncoder(c).Encode(handle(req))
+}
+
+// validate bounds the counts of a request.
+func (r *Request) validate() error {
+	if n := r.PodNetwork; n != nil {
+		for field, ports := range map[string][]podnet.Port{"ports": n.Ports, "reserved": n.Reserved} {
+			if len(ports) > MaxPorts {
+				return fmt.Errorf("podNetwork.%s: %d ports, more than %d", field, len(ports), MaxPorts)
+			}
+		}
+	}
+	return nil
+}
+
+// limitedReader is io.LimitReader with an error that says why it ends.
+type limitedReader struct {
+	r io.Reader
+	n int64
+}
+
+var errTooLarge = fmt.Errorf("the request is larger than %d KiB", MaxRequest>>10)
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errTooLarge
+	}
+	p = p[:min(int64(len(p)), l.n)]
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+// Reply is the agent's side of an exchange on c that it answers without
+// reading the request: a refusal.
+func Reply(c net.Conn, resp Response) error {
+	_ = c.SetDeadline(time.Now().Add(exchangeTimeout))
+	return json.NewEncoder(c).Encode(resp)
 }
 
 // AskTimeout bounds the wait for the agent: a VM pod is scheduled only

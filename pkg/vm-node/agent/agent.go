@@ -248,27 +248,48 @@ func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir s
 		log.Warn("Cannot tell who offers the pod's socket", "err", err)
 		return
 	}
-	h := &handler{a: a, pod: pod, pid: pid, uid: uidPeer, sock: sock, log: log}
-	var refused error
+	// Trust first: a pod the agent refuses has no say in what the agent
+	// reads, or for how long.
+	err = a.trustPod(pod)
+	var root int
+	if err == nil {
+		root, err = a.trustPeer(pod, pid, uidPeer, sock)
+	}
+	if err != nil {
+		_ = nodeagent.Reply(c, nodeagent.Response{Error: err.Error()})
+		a.refused(log, pod, err)
+		return
+	}
+	defer unix.Close(root)
+	h := &handler{a: a, pod: pod, pid: pid, root: root}
+	var failed error
 	err = nodeagent.Answer(c, func(req nodeagent.Request) nodeagent.Response {
 		resp, err := h.handle(ctx, req)
 		if err != nil {
-			if errors.Is(err, errRefused) {
-				refused = err
-			}
+			failed = err
 			return nodeagent.Response{Error: err.Error()}
 		}
 		return resp
 	})
 	switch {
-	case refused != nil:
-		log.Warn("Refused", "err", refused)
-		a.events.Eventf(pod, nil, corev1.EventTypeWarning, EventRefused, "Prepare", "%s", refused)
+	case failed != nil:
+		a.refused(log, pod, failed)
 	case err != nil:
 		log.Warn("Answering the pod", "err", err)
 	default:
 		log.Info("Prepared a container of the pod", "pid", pid)
 	}
+}
+
+// refused logs why the agent did not serve a pod, and, when it refused
+// the pod, tells the pod's owner in a Warning event.
+func (a *Agent) refused(log *slog.Logger, pod *corev1.Pod, err error) {
+	if !errors.Is(err, errRefused) {
+		log.Warn("Cannot prepare the pod", "err", err)
+		return
+	}
+	log.Warn("Refused", "err", err)
+	a.events.Eventf(pod, nil, corev1.EventTypeWarning, EventRefused, "Prepare", "%s", err)
 }
 
 // dialIn connects to the socket name in dir through descriptors, and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"runtime"
 
@@ -15,14 +14,12 @@ import (
 	"github.com/vmop/vmop/pkg/podnet"
 )
 
-// handler answers one container of a pod.
+// handler answers one container of a pod, which the agent trusts.
 type handler struct {
 	a    *Agent
 	pod  *corev1.Pod
 	pid  int // the asking process, in the host's PID namespace
-	uid  int
-	sock fileID // the socket it offered
-	log  *slog.Logger
+	root int // its root directory, opened
 }
 
 // agentDevices are the devices of the agent's device plugin, as a
@@ -30,15 +27,7 @@ type handler struct {
 var agentDevices = []string{"/dev/kvm", "/dev/net/tun", "/dev/vhost-net"}
 
 func (h *handler) handle(_ context.Context, req nodeagent.Request) (nodeagent.Response, error) {
-	if err := h.a.trustPod(h.pod); err != nil {
-		return nodeagent.Response{}, err
-	}
-	root, err := h.a.trustPeer(h.pod, h.pid, h.uid, h.sock)
-	if err != nil {
-		return nodeagent.Response{}, err
-	}
-	defer unix.Close(root)
-	if err := h.ownDevices(root); err != nil {
+	if err := h.ownDevices(h.root); err != nil {
 		return nodeagent.Response{}, err
 	}
 	var resp nodeagent.Response

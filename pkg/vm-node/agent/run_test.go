@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -426,4 +428,35 @@ func TestRunFollowsNoLink(t *testing.T) {
 	require.Contains(t, r.log.String(), "agent.sock is not a socket")
 	// A socket in the link's place is answered.
 	require.EqualError(t, ask(t, socket, answerWithin), refusal())
+}
+
+// TestRunRefusesBeforeReading has a pod the agent refuses send a
+// request of 100 MiB: it gets the refusal, and the agent takes what the
+// socket buffers at most, not the request.
+func TestRunRefusesBeforeReading(t *testing.T) {
+	r := runAgent(t)
+	_, socket := r.addPod(t, "vm-0", node, nil)
+	tmp := socket + ".tmp"
+	l, err := net.Listen("unix", tmp)
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, os.Rename(tmp, socket))
+	c, err := l.Accept()
+	require.NoError(t, err)
+	defer c.Close()
+	var sent atomic.Int64
+	go func() {
+		buf := []byte(strings.Repeat(" ", 64<<10))
+		for sent.Load() < 100<<20 {
+			n, err := c.Write(buf)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var resp nodeagent.Response
+	require.NoError(t, json.NewDecoder(c).Decode(&resp))
+	require.Equal(t, strings.TrimPrefix(refusal(), "the node agent: "), resp.Error)
+	require.Less(t, sent.Load(), int64(4<<20), "bytes the agent took")
 }
