@@ -60,7 +60,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "15"
+const Version = "16"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -161,38 +161,49 @@ func Validate(vm *v1.VirtualMachine, opts Options) error {
 
 // render defaults, validates and renders a VM that it may change.
 func render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
-	resetCounter, err := prepare(vm, opts)
+	a, err := prepare(vm, opts)
 	if err != nil {
 		return nil, err
 	}
-	r := renderer{vm: vm, opts: opts, resetCounter: resetCounter}
+	r := renderer{vm: vm, opts: opts, annotations: a}
 	return r.render()
 }
 
-// prepare defaults and validates vm, which it may change, and returns its
-// reset counter.
-func prepare(vm *v1.VirtualMachine, opts Options) (int64, error) {
+// annotations are what the VM says in its annotations rather than its
+// spec: metadata, so no spec hash sees them, only the ConfigMap's.
+type annotations struct {
+	// resetCounter: the runner resets the guest live.
+	resetCounter int64
+	// displayWithoutPassword opts out of the locked display.
+	displayWithoutPassword bool
+}
+
+// prepare defaults and validates vm, which it may change, and returns what
+// its annotations say.
+func prepare(vm *v1.VirtualMachine, opts Options) (annotations, error) {
 	if vm.Spec.Image == nil && opts.ImageRegistry != "" {
 		vm.Spec.Image = &v1.Image{Source: version.Image(opts.ImageRegistry, version.RunnerImage)}
 	}
 	vm.Default()
 	errs := vm.Validate()
-	resetCounter, err := vm.ResetCounter()
-	if err != nil {
+	var a annotations
+	var err *field.Error
+	if a.resetCounter, err = vm.ResetCounter(); err != nil {
+		errs = append(errs, err)
+	}
+	if a.displayWithoutPassword, err = vm.DisplayWithoutPassword(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return 0, &InvalidError{Name: vm.Name, Errors: errs}
+		return annotations{}, &InvalidError{Name: vm.Name, Errors: errs}
 	}
-	return resetCounter, nil
+	return a, nil
 }
 
 type renderer struct {
-	vm   *v1.VirtualMachine
-	opts Options
-	// resetCounter is from the VM's annotation: metadata, so no spec hash
-	// sees it, only the ConfigMap's (the runner resets the guest live).
-	resetCounter int64
+	vm          *v1.VirtualMachine
+	opts        Options
+	annotations annotations
 }
 
 func (r *renderer) render() (*Objects, error) {
@@ -264,6 +275,10 @@ func DisplaySecretLabels(vm string) map[string]string {
 	return l
 }
 
+// DisplayWithoutPasswordWarning is what render and kubectl vm status say
+// of a VM that opts out of the locked display.
+const DisplayWithoutPasswordWarning = "metadata.annotations[" + v1.AnnotationDisplayWithoutPassword + "]: the SPICE display has no password: whoever reaches the pod's SPICE port gets the screen, keyboard and USB redirection; remove the annotation to lock it"
+
 // DisplaySecretName is the conventional name of a VM's display Secret.
 func DisplaySecretName(vm string) string { return vm + "-display-secret" }
 
@@ -291,7 +306,7 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 	c := runnerconfig.Config{
 		DataDir:            runnerconfig.DataDir,
 		GuestShutdownStops: s.GuestShutdownStops,
-		ResetCounter:       r.resetCounter,
+		ResetCounter:       r.annotations.resetCounter,
 		VM: runnerconfig.VM{
 			Name:             r.vm.Name,
 			UUID:             v.MachineUUID,
@@ -356,7 +371,8 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 	if d := v.Display; d != nil {
 		c.VM.Display = &runnerconfig.Display{Outputs: *d.Outputs, LoggedInUser: d.LoggedInUser}
 		if sp := d.Spice; sp != nil {
-			c.VM.Display.Spice = &runnerconfig.Spice{Port: *sp.Port, UsbRedirects: *sp.UsbRedirects, StreamingVideo: sp.StreamingVideo}
+			c.VM.Display.Spice = &runnerconfig.Spice{Port: *sp.Port, UsbRedirects: *sp.UsbRedirects, StreamingVideo: sp.StreamingVideo,
+				WithoutPassword: r.annotations.displayWithoutPassword}
 		}
 	}
 	return &runnerconfig.File{Runner: c}
@@ -370,6 +386,9 @@ func (r *renderer) warnings() []string {
 	if b := v.MaximumRAM.Bytes(); runnerconfig.RoundUpMiB(b) != b {
 		got := resource.NewQuantity(runnerconfig.RoundUpMiB(b), resource.BinarySI)
 		w = append(w, fmt.Sprintf("spec.vm.maximumRam %s is not a whole number of MiB: the VM gets %s (qemu sizes RAM in MiB)", v.MaximumRAM, got))
+	}
+	if r.annotations.displayWithoutPassword && v.Display.Spice != nil {
+		w = append(w, DisplayWithoutPasswordWarning)
 	}
 	return w
 }

@@ -238,4 +238,8 @@ type Spice struct {
 	Port           int32  `json:"port"`
 	UsbRedirects   int32  `json:"usbRedirects"`
 	StreamingVideo string `json:"streamingVideo,omitempty"`
+	// WithoutPassword runs SPICE without ticketing, open to anyone who
+	// reaches its port. Without it the display stays locked until a
+	// password is set, even when the runner starts without one.
+	WithoutPassword bool `json:"withoutPassword,omitempty"`
 }

@@ -32,3 +32,28 @@ func (vm *VirtualMachine) ResetCounter() (int64, *field.Error) {
 	}
 	return n, nil
 }
+
+// AnnotationDisplayWithoutPassword set to "true" on a VirtualMachine
+// opts out of the locked display: qemu's SPICE server then runs without a
+// password, open to whoever reaches the pod's SPICE port. Without it the
+// display is locked until a password is set (the console's one-time one,
+// or the display Secret's).
+//
+// An annotation, as AnnotationResetCounter, so that VM-Operator's CRD
+// accepts the VM unchanged.
+const AnnotationDisplayWithoutPassword = Group + "/display-without-password"
+
+// DisplayWithoutPassword tells whether the VM opts out of the locked
+// display; an error with its field path when the annotation's value is not
+// "true" or "false".
+func (vm *VirtualMachine) DisplayWithoutPassword() (bool, *field.Error) {
+	s, ok := vm.Annotations[AnnotationDisplayWithoutPassword]
+	if !ok {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil || (s != "true" && s != "false") {
+		return false, field.Invalid(field.NewPath("metadata", "annotations").Key(AnnotationDisplayWithoutPassword), s, `must be "true" or "false"`)
+	}
+	return b, nil
+}
