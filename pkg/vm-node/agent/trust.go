@@ -3,15 +3,19 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerconfig"
 )
 
 // errRefused marks the answers to a container the agent does not trust.
@@ -35,9 +39,10 @@ func repository(image string) (string, error) {
 // to look at, not which to trust: anyone who may create a pod can copy
 // them. What the agent trusts is what runs: only the containers that
 // mount the pod's nodeagent.Volume can reach the socket, and each of them
-// must run a runner image of a trusted repository (vm-runner, vmop's own
-// code), unprivileged, in the pod's own network, PID and IPC namespaces.
-// A container that asks can then only ask for what vm-runner asks.
+// must be one vmop makes (nodeagent.Containers): vm-runner of a trusted
+// repository, with vmop's command, arguments, environment and mounts,
+// unprivileged, in the pod's own namespaces, with no other container
+// that sees its processes.
 func (a *Agent) trustPod(pod *corev1.Pod) error {
 	if pod.Labels[render.LabelManagedBy] != render.ManagedBy {
 		return refuse("pod %s/%s is not labelled %s=%s", pod.Namespace, pod.Name, render.LabelManagedBy, render.ManagedBy)
@@ -45,32 +50,90 @@ func (a *Agent) trustPod(pod *corev1.Pod) error {
 	if pod.Spec.HostNetwork || pod.Spec.HostPID || pod.Spec.HostIPC {
 		return refuse("pod %s/%s shares a namespace of the node: the agent acts only inside a pod's own", pod.Namespace, pod.Name)
 	}
-	var containers []corev1.Container
-	containers = append(containers, pod.Spec.InitContainers...)
-	containers = append(containers, pod.Spec.Containers...)
-	for _, e := range pod.Spec.EphemeralContainers {
-		containers = append(containers, corev1.Container(e.EphemeralContainerCommon))
+	if ptr.Deref(pod.Spec.ShareProcessNamespace, false) {
+		return refuse("pod %s/%s shares its process namespace: its other containers would reach the runner's processes", pod.Namespace, pod.Name)
 	}
-	asking := 0
-	for _, c := range containers {
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			return refuse("pod %s/%s has a host path (volume %s)", pod.Namespace, pod.Name, v.Name)
+		}
+		volumes[v.Name] = v
+	}
+	if v, ok := volumes[nodeagent.Volume]; ok && v.EmptyDir == nil {
+		return refuse("volume %s of pod %s/%s is not an emptyDir", v.Name, pod.Namespace, pod.Name)
+	}
+	asking := map[string]bool{}
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		if !mounts(c, nodeagent.Volume) {
 			continue
 		}
-		asking++
-		repo, err := repository(c.Image)
-		if err != nil || !a.trusted[repo] {
-			return refuse("container %s of pod %s/%s runs image %s, not a vmop runner image the node agent trusts (%s)", c.Name, pod.Namespace, pod.Name, c.Image, strings.Join(a.o.RunnerRepositories, ", "))
-		}
-		if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
-			return refuse("container %s of pod %s/%s is privileged and needs no node agent", c.Name, pod.Namespace, pod.Name)
+		asking[c.Name] = true
+		if err := a.trustContainer(c, volumes); err != nil {
+			return refuse("container %s of pod %s/%s %s", c.Name, pod.Namespace, pod.Name, err)
 		}
 	}
-	if asking == 0 {
+	if len(asking) == 0 {
 		return refuse("no container of pod %s/%s mounts volume %s", pod.Namespace, pod.Name, nodeagent.Volume)
 	}
-	for _, v := range pod.Spec.Volumes {
-		if v.Name == nodeagent.Volume && v.EmptyDir == nil {
-			return refuse("volume %s of pod %s/%s is not an emptyDir", v.Name, pod.Namespace, pod.Name)
+	for _, e := range pod.Spec.EphemeralContainers {
+		if asking[e.TargetContainerName] || mounts(corev1.Container(e.EphemeralContainerCommon), nodeagent.Volume) {
+			return refuse("ephemeral container %s of pod %s/%s reaches the processes or the socket of a container the agent serves", e.Name, pod.Namespace, pod.Name)
+		}
+	}
+	return nil
+}
+
+// trustContainer says, in words after "container NAME", why c is not a
+// container of nodeagent.Containers, running vm-runner of a trusted
+// repository; nil if it is one.
+func (a *Agent) trustContainer(c corev1.Container, volumes map[string]corev1.Volume) error {
+	repo, err := repository(c.Image)
+	if err != nil || !a.trusted[repo] {
+		return fmt.Errorf("runs image %s, not a vmop runner image the node agent trusts (%s)", c.Image, strings.Join(a.o.RunnerRepositories, ", "))
+	}
+	if sc := c.SecurityContext; sc != nil && (ptr.Deref(sc.Privileged, false) || sc.Capabilities != nil && len(sc.Capabilities.Add) > 0) {
+		return errors.New("is privileged or adds capabilities, and needs no node agent")
+	}
+	var shape *nodeagent.Container
+	for i, s := range nodeagent.Containers {
+		if slices.Equal(c.Command, s.Command) && slices.Equal(c.Args, s.Args) {
+			shape = &nodeagent.Containers[i]
+		}
+	}
+	if shape == nil {
+		return fmt.Errorf("runs %q, not a command of vmop's", append(append([]string{}, c.Command...), c.Args...))
+	}
+	env := nodeagent.Env()
+	if len(c.EnvFrom) > 0 || len(c.Env) != len(env) {
+		return fmt.Errorf("has an environment other than vmop's (%s)", nodeagent.EnvSocket)
+	}
+	for _, e := range c.Env {
+		if v, ok := env[e.Name]; !ok || e.ValueFrom != nil || e.Value != v {
+			return fmt.Errorf("sets %s, which vmop does not", e.Name)
+		}
+	}
+	if c.WorkingDir != "" || c.Lifecycle != nil {
+		return errors.New("has a working directory or lifecycle hooks, which vmop does not set")
+	}
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		if p != nil && p.Exec != nil && !slices.Equal(p.Exec.Command, nodeagent.ProbeCommand) {
+			return fmt.Errorf("has a probe that runs %q", p.Exec.Command)
+		}
+	}
+	for _, m := range c.VolumeMounts {
+		if !nodeagent.MountAllowed(m.MountPath) {
+			return fmt.Errorf("mounts volume %s at %s, where vmop mounts none", m.Name, m.MountPath)
+		}
+		// An emptyDir may hold what another container left there.
+		if v := volumes[m.Name]; v.EmptyDir != nil && m.Name != nodeagent.Volume &&
+			(!shape.Scratch || path.Clean(m.MountPath) != runnerconfig.ImportScratchDir) {
+			return fmt.Errorf("mounts emptyDir %s at %s: only its socket's and (%s) %s may be", m.Name, m.MountPath, shape.Name, runnerconfig.ImportScratchDir)
+		}
+	}
+	for _, d := range c.VolumeDevices {
+		if path.Dir(d.DevicePath) != "/dev" {
+			return fmt.Errorf("has device %s outside /dev", d.DevicePath)
 		}
 	}
 	return nil
