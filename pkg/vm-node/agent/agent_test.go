@@ -157,7 +157,9 @@ func TestTrustPod(t *testing.T) {
 			c := container(p, "runner")
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "runner-data", MountPath: "/opt/vmrunner/templates"})
 		}, "mounts volume runner-data at /opt/vmrunner/templates"},
-		"device elsewhere": {func(p *corev1.Pod) { container(p, "runner").VolumeDevices[0].DevicePath = "/usr/bin/qemu-system-x86_64" },
+		"device elsewhere": {func(p *corev1.Pod) {
+			container(p, "runner").VolumeDevices[0].DevicePath = "/usr/bin/qemu-system-x86_64"
+		},
 			"container runner of pod ns/vm-0 has device /usr/bin/qemu-system-x86_64 outside /dev"},
 		"init container shares an emptyDir with the runner": {func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, emptyDir)
