@@ -95,7 +95,8 @@ type console struct {
 	conns    chan<- net.Conn
 }
 
-// serve runs a console server for the guest until the test ends.
+// serve runs a console server for the guest until the test ends and
+// returns its link.
 func serve(t *testing.T, g *guest, c console) string {
 	t.Helper()
 	password, conns := c.password, c.conns
@@ -149,6 +150,29 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, err)
 	g.waitSerial(t, testguest.MouseLine, time.Minute)
 	headless.Screenshot(ctx, t, "console.png")
+
+	// A reload connects again: the tab kept the session.
+	_, err = chromedp.Run(ctx, chromedp.Reload())
+	require.NoError(t, err)
+	consolepage.WaitTestGuest(ctx, t, time.Minute)
+	consolepage.WaitState(ctx, t, "connected", time.Minute)
+
+	// The password goes to one page: the link opened again, in another
+	// tab of the browser (the link's first, which has the cookie), says
+	// what to do, and the first page stays.
+	t.Run("given once", func(t *testing.T) {
+		tab, cancel := headless.Tab(t, browser)
+		defer cancel()
+		_, err := chromedp.Run(tab, chromedp.Navigate(url))
+		require.NoError(t, err)
+		msg := consolepage.WaitState(tab, t, "taken", time.Minute)
+		require.Contains(t, msg, "kubectl vm console already gave its one-time password to a page")
+		require.Contains(t, msg, "run: kubectl vm console --browser -n ns guest")
+		headless.Screenshot(tab, t, "taken.png")
+		state, _, err := consolepage.State(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "connected", state)
+	})
 
 	t.Run("wrong password", func(t *testing.T) {
 		tab, cancel := headless.Tab(t, browser)

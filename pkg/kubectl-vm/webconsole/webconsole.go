@@ -1,15 +1,17 @@
 // Package webconsole serves a VM's SPICE display to a web browser for
 // "kubectl vm console --browser": a page with the SPICE HTML5 client
 // (third_party/spice-html5) and WebSockets that it bridges to the display.
-// It listens on 127.0.0.1 only and answers only under a random token in the
-// URL's path, so that another user of the machine cannot use the bridge.
+// It listens on 127.0.0.1 only, and answers only the browser that opened
+// its link first, so that another user of the machine, who can read the
+// link on the browser's command line, cannot use the bridge.
 package webconsole
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
+	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -65,38 +67,44 @@ type Config struct {
 	Grace time.Duration
 }
 
+// cookieName is the browser's key; its path keeps it to one console.
+const cookieName = "vmop-console"
+
 // Server is one browser console.
 type Server struct {
-	cfg   Config
+	cfg Config
+	// id is the page's path; not a secret: it is in the link.
+	id string
+	// token is the key of the browser that opened the link, its cookie.
 	token string
 	mux   *http.ServeMux
 
 	// whyCalls lets the channels that end at once share one Why.
 	whyCalls singleflight.Group
 
-	mu      sync.Mutex
-	pages   map[*websocket.Conn]struct{}
-	closing *time.Timer // runs while no page is open
-	closed  chan struct{}
-	notices []Notice // sent again to a page that opens later
+	mu sync.Mutex
+	// code is the link's one-time code, "" once used.
+	code string
+	// sessionGiven: the page got the password; no other gets it.
+	sessionGiven bool
+	pages        map[*websocket.Conn]struct{}
+	closing      *time.Timer // runs while no page is open
+	closed       chan struct{}
+	notices      []Notice // sent again to a page that opens later
 }
 
-// New makes a server with a new random token.
+// New makes a server with a new random link and key.
 func New(cfg Config) (*Server, error) {
-	random := make([]byte, 24)
-	if _, err := rand.Read(random); err != nil {
-		return nil, err
-	}
 	if cfg.Grace == 0 {
 		cfg.Grace = 3 * time.Second
 	}
-	s := &Server{cfg: cfg, token: base64.RawURLEncoding.EncodeToString(random),
+	s := &Server{cfg: cfg, id: rand.Text(), code: rand.Text(), token: rand.Text(),
 		pages: map[*websocket.Conn]struct{}{}, closed: make(chan struct{})}
 	page, err := fs.Sub(pageFiles, "web")
 	if err != nil {
 		return nil, err
 	}
-	prefix := "/" + s.token + "/"
+	prefix := s.Path()
 	mux := http.NewServeMux()
 	mux.Handle("GET "+prefix+"spice-html5/", http.StripPrefix(prefix+"spice-html5/", http.FileServerFS(spicehtml5.Files)))
 	pages := http.StripPrefix(prefix, http.FileServerFS(page))
@@ -109,15 +117,22 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Path is the page's path, with the token.
-func (s *Server) Path() string { return "/" + s.token + "/" }
+// Path is the page's path.
+func (s *Server) Path() string { return "/" + s.id + "/" }
+
+// Link is the path and one-time code that open the page: what the
+// browser is given. Its first use sets the browser's key, a cookie, and
+// spends it, so that the link, readable on the browser's command line by
+// the machine's other users, is worth nothing after.
+func (s *Server) Link() string { return s.Path() + "?code=" + s.code }
 
 // Closed is closed once the page was open and then closed for longer than
 // the grace period.
 func (s *Server) Closed() <-chan struct{} { return s.closed }
 
 // ServeHTTP answers requests for localhost only (a page of another site
-// that a DNS name points to 127.0.0.1 is not served) and under the token.
+// that a DNS name points to 127.0.0.1 is not served), under the page's
+// path, and with the key but for the link.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host, _, err := net.SplitHostPort(r.Host)
 	if err != nil {
@@ -130,7 +145,52 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	w.Header().Set("X-Frame-Options", "DENY")
-	s.mux.ServeHTTP(w, r)
+	switch {
+	case !strings.HasPrefix(r.URL.Path, s.Path()):
+		http.NotFound(w, r)
+	case r.URL.Path == s.Path() && r.URL.Query().Has("code"):
+		s.redeem(w, r)
+	case !s.authorized(r):
+		http.Error(w, "This page opens only in the browser that opened its link (from kubectl vm console --browser). "+
+			"For a new link, run: "+s.cfg.Session.Command, http.StatusForbidden)
+	default:
+		s.mux.ServeHTTP(w, r)
+	}
+}
+
+// redeem gives the browser that opens the link first its key, and sends
+// it to the page's path: a reload or a bookmark holds no code.
+func (s *Server) redeem(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) && !s.spend(r.URL.Query().Get("code")) {
+		s.log("The page's link was used again, refused: if not by you, another program on this machine read it.")
+		http.Error(w, "This link was used already: it opens the page once, in one browser. "+
+			"For a new link, run: "+s.cfg.Session.Command, http.StatusForbidden)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.token, Path: s.Path(),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, s.Path(), http.StatusSeeOther)
+}
+
+// spend tells whether code is the link's, and makes it the last use.
+func (s *Server) spend(code string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.code == "" || subtle.ConstantTimeCompare([]byte(code), []byte(s.code)) != 1 {
+		return false
+	}
+	s.code = ""
+	return true
+}
+
+// authorized tells whether r carries the browser's key.
+func (s *Server) authorized(r *http.Request) bool {
+	for _, c := range r.CookiesNamed(cookieName) {
+		if subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.token)) == 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // Listen listens on a free port of 127.0.0.1 and returns the page's URL.
@@ -145,18 +205,49 @@ func (s *Server) Listen(ctx context.Context) (string, error) {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	return "http://" + l.Addr().String() + s.Path(), nil
+	return "http://" + l.Addr().String() + s.Link(), nil
 }
 
+// session gives the page the password, once: the page keeps it for a
+// reload of its tab.
 func (s *Server) session(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	given := s.sessionGiven
+	s.sessionGiven = true
+	s.mu.Unlock()
+	if given {
+		http.Error(w, "kubectl vm console already gave its one-time password to a page: use that page "+
+			"(a reload of its tab keeps it). For a new connection, run: "+s.cfg.Session.Command, http.StatusGone)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(s.cfg.Session)
+}
+
+// errNoOrigin: every browser sends an Origin with a WebSocket, which
+// websocket.Accept checks against the page's; a request without one is
+// another program's.
+var errNoOrigin = errors.New("a WebSocket without an Origin")
+
+// accept accepts a WebSocket of the page.
+func accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions) (*websocket.Conn, error) {
+	if r.Header.Get("Origin") == "" {
+		http.Error(w, errNoOrigin.Error()+" is refused", http.StatusForbidden)
+		return nil, errNoOrigin
+	}
+	return websocket.Accept(w, r, opts)
+}
+
+func (s *Server) log(line string) {
+	if s.cfg.Log != nil {
+		fmt.Fprintln(s.cfg.Log, line)
+	}
 }
 
 // events is the page's line to the command: its notices, and the page's
 // presence (the command ends when the page closes).
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	c, err := websocket.Accept(w, r, nil)
+	c, err := accept(w, r, nil)
 	if err != nil {
 		return
 	}
@@ -207,9 +298,7 @@ func (s *Server) notify(ctx context.Context, n Notice) {
 		pages = append(pages, c)
 	}
 	s.mu.Unlock()
-	if s.cfg.Log != nil {
-		fmt.Fprintln(s.cfg.Log, n.Message)
-	}
+	s.log(n.Message)
 	for _, c := range pages {
 		send(ctx, c, n)
 	}
@@ -226,7 +315,7 @@ func send(ctx context.Context, c *websocket.Conn, n Notice) {
 // channel) to a new connection to the display. spice-html5 asks for the
 // "binary" subprotocol.
 func (s *Server) spice(w http.ResponseWriter, r *http.Request) {
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
+	c, err := accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
 	if err != nil {
 		return
 	}

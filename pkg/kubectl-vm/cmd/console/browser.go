@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"time"
 
-	"github.com/cli/browser"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
@@ -49,9 +46,9 @@ func (o *Options) runBrowser(ctx context.Context, vm *vmclient.VM, ep *endpoint,
 	}
 	if o.NoLaunch {
 		fmt.Fprintln(o.Out, url)
-		fmt.Fprintf(o.ErrOut, "Open the URL above in a browser on this machine within %s (the password's life); closing the page or Ctrl-C ends\n", o.Expiry)
+		fmt.Fprintf(o.ErrOut, "Open the URL above in a browser within %s (the password's life): it opens the page once, in one browser; closing the page or Ctrl-C ends\n", o.Expiry)
 	} else {
-		if err := o.openBrowser(url); err != nil {
+		if err := webconsole.OpenBrowser(url, o.ErrOut); err != nil {
 			return fmt.Errorf("cannot open a browser (%v): open the page yourself with --no-launch", err)
 		}
 		fmt.Fprintf(o.ErrOut, "Opened the display of vm %s/%s in your browser; closing the page or Ctrl-C ends\n", vm.Namespace, vm.Name)
@@ -62,23 +59,6 @@ func (o *Options) runBrowser(ctx context.Context, vm *vmclient.VM, ep *endpoint,
 		fmt.Fprintln(o.ErrOut, "The page was closed")
 	}
 	return nil
-}
-
-// openBrowser opens url in $BROWSER when set (a command, as git and gh
-// take it), else in the desktop's default browser.
-func (o *Options) openBrowser(url string) error {
-	if b := os.Getenv("BROWSER"); b != "" {
-		cmd := exec.Command(b, url)
-		cmd.Stdout, cmd.Stderr = o.ErrOut, o.ErrOut
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("$BROWSER %s: %w", b, err)
-		}
-		// A browser started by it may run for long; it is not waited for.
-		go func() { _ = cmd.Wait() }()
-		return nil
-	}
-	browser.Stdout, browser.Stderr = o.ErrOut, o.ErrOut
-	return browser.OpenURL(url)
 }
 
 // whyEnded tells the page why the display's side ended a connection or

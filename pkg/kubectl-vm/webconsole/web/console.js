@@ -8,6 +8,7 @@ let sc = null;
 let notice = null; // from the command: why the display's connection ended
 let failure = null; // the client's own error
 let commandGone = false;
+let noSession = null; // the command's answer when it gave this page no password
 
 function wsURL(name) {
   const u = new URL(name, window.location.href);
@@ -25,7 +26,10 @@ function render() {
   let state = document.body.dataset.state;
   let text = null;
   const ended = 'kubectl vm console has ended: this page no longer reaches the VM.';
-  if (notice) {
+  if (noSession) {
+    state = noSession.status === 410 ? 'taken' : 'failed';
+    text = noSession.text;
+  } else if (notice) {
     state = notice.kind;
     text = `${notice.message}\n${again()}`;
   } else if (failure && failure.message === 'Permission denied.') {
@@ -50,6 +54,7 @@ function render() {
     loading: 'Loading…', connecting: 'Connecting…', connected: 'Connected',
     refused: 'Password refused', stopped: 'VM stopped', dropped: 'Disconnected',
     unreachable: 'Display unreachable', ended: 'Ended', failed: 'Page failed',
+    taken: 'Password given to another page',
   }[state] || state;
   $('message').hidden = text === null;
   $('message').textContent = text || '';
@@ -117,8 +122,29 @@ function connect() {
   window.sc = sc;
 }
 
+// loadSession gets the session from the command, which gives its
+// password once, and keeps it in the tab for a reload; null when the
+// command gave none.
+async function loadSession() {
+  const key = `session ${window.location.pathname}`;
+  const kept = window.sessionStorage.getItem(key);
+  if (kept) return JSON.parse(kept);
+  const resp = await fetch('session', { cache: 'no-store' });
+  if (!resp.ok) {
+    noSession = { status: resp.status, text: (await resp.text()).trim() };
+    return null;
+  }
+  const s = await resp.json();
+  window.sessionStorage.setItem(key, JSON.stringify(s));
+  return s;
+}
+
 async function main() {
-  session = await (await fetch('session', { cache: 'no-store' })).json();
+  session = await loadSession();
+  if (!session) {
+    render();
+    return;
+  }
   document.title = `${session.namespace}/${session.vm} – VM console`;
   $('title').textContent = `vm ${session.namespace}/${session.vm}`;
   $('client').textContent = session.client;
