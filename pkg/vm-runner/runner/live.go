@@ -28,11 +28,17 @@ type liveState struct {
 	cds, pendingCDs map[string]string
 	failedCDs       map[string]CDProblem
 	// unplugging holds the CPUs asked to go, until qemu reports them gone.
-	unplugging     map[string]bool
-	cpus           int32
-	ram            int64
-	password       []byte
-	expiry         string
+	unplugging map[string]bool
+	cpus       int32
+	ram        int64
+	// password is the SPICE password last set; secretPassword and
+	// secretExpiry what the display Secret's files held when last read.
+	password, secretPassword []byte
+	secretExpiry             string
+	secretRead               bool
+	// openWarned: the Secret's password of a display that runs without
+	// one was reported.
+	openWarned     bool
 	agentConnected bool
 	// bootTold: the Booted event went out for the agent's connection.
 	bootTold bool
@@ -352,9 +358,10 @@ func (r *Runner) displayPassword() []byte {
 	return bytes.TrimSpace(b)
 }
 
-// updatePassword sets the SPICE password and its expiry when the display
-// Secret's files changed. Without ticketing at the start, qemu cannot lock
-// the display later: that needs a restart.
+// updatePassword applies the display Secret's password and expiry when its
+// files changed since they were last read: a password handed over by
+// kubectl vm console (handOverPassword) stays until the Secret changes.
+// Without a password the display is locked.
 func (l *liveState) updatePassword(ctx context.Context) error {
 	r := l.r
 	if r.config.VM.Display == nil || r.config.VM.Display.Spice == nil {
@@ -366,22 +373,42 @@ func (l *liveState) updatePassword(ctx context.Context) error {
 		expiry = strings.TrimSpace(string(b))
 	}
 	if !r.machine.Ticketing {
-		if pw != nil && !slices.Contains(r.status.RestartRequired, "display password") {
-			r.log.Warn("A display password appeared; the display locks at the next start")
-			r.status.RestartRequired = append(r.status.RestartRequired, "display password")
+		if pw != nil && !l.openWarned {
+			l.openWarned = true
+			r.log.Warn("The display Secret has a password, but the VM's display runs without one by its annotation")
+			r.event(ctx, Event{Warning: true, Reason: ReasonDisplayPasswordChanged, Action: actionSetPassword,
+				Message: ErrDisplayWithoutPassword.Error() + ": the display Secret's password is not used"})
 		}
 		return nil
 	}
-	locked := pw == nil
-	if locked {
-		// The Secret went away: lock the display rather than leave the
-		// last password valid.
+	if l.secretRead && bytes.Equal(pw, l.secretPassword) && expiry == l.secretExpiry {
+		return nil
+	}
+	l.secretRead, l.secretPassword, l.secretExpiry = true, pw, expiry
+	if pw == nil {
+		return l.setPassword(ctx, nil, "", "The display Secret holds no password: the display is locked")
+	}
+	return l.setPassword(ctx, pw, expiry, "The display password changed (expiry: "+expiry+")")
+}
+
+// handOverPassword sets a password that kubectl vm console handed to the
+// runner through its pod (vm-runner display-password): it applies at once,
+// with no wait for the kubelet to refresh the display Secret's volume.
+func (l *liveState) handOverPassword(ctx context.Context, pw []byte, expiry string) error {
+	if !l.r.machine.Ticketing {
+		return ErrDisplayWithoutPassword
+	}
+	return l.setPassword(ctx, pw, expiry, "kubectl vm console set a display password (expiry: "+expiry+")")
+}
+
+// setPassword sets the SPICE password and its expiry; a nil password locks
+// the display (a random password that has expired), which is how it starts.
+func (l *liveState) setPassword(ctx context.Context, pw []byte, expiry, message string) error {
+	r := l.r
+	if pw == nil {
 		random := make([]byte, 16)
 		_, _ = rand.Read(random)
 		pw, expiry = []byte(base64.StdEncoding.EncodeToString(random)), "now"
-	}
-	if bytes.Equal(pw, l.password) && expiry == l.expiry {
-		return nil
 	}
 	if !bytes.Equal(pw, l.password) {
 		if err := r.mon.SetPassword(ctx, "spice", string(pw), "keep"); err != nil {
@@ -391,15 +418,11 @@ func (l *liveState) updatePassword(ctx context.Context) error {
 	if err := r.mon.ExpirePassword(ctx, "spice", expiry); err != nil {
 		return err
 	}
-	l.password, l.expiry = pw, expiry
+	l.password = pw
 	r.status.DisplayPasswordSerial++
 	r.log.Info("Display password set", "expiry", expiry, "serial", r.status.DisplayPasswordSerial)
 	if r.status.Running {
-		msg := "The display password changed (expiry: " + expiry + ")"
-		if locked {
-			msg = "The display Secret holds no password: the display is locked"
-		}
-		r.event(ctx, Event{Reason: ReasonDisplayPasswordChanged, Action: actionSetPassword, Message: msg})
+		r.event(ctx, Event{Reason: ReasonDisplayPasswordChanged, Action: actionSetPassword, Message: message})
 	}
 	return nil
 }

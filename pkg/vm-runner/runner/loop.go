@@ -152,6 +152,9 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 				r.setGuest(a.info)
 				r.report(bg)
 			}
+		case p := <-r.passwords:
+			p.done <- r.live.handOverPassword(bg, []byte(p.Password), p.Expiry)
+			r.report(bg)
 		case <-reload.C:
 			r.reload(bg)
 			if stopping && stopTimer != nil {

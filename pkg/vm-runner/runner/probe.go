@@ -19,8 +19,8 @@ import (
 // socket, so nothing is exposed on the (often host) network.
 func probeSocket(runtimeDir string) string { return filepath.Join(runtimeDir, "runner.sock") }
 
-// serveProbe answers GET /readyz with 200 while the VM runs, and POST
-// /connect (see serveConnect).
+// serveProbe answers GET /readyz with 200 while the VM runs, POST
+// /connect (see serveConnect) and POST /display-password (servePassword).
 func (r *Runner) serveProbe() (stop func(), err error) {
 	sock := probeSocket(r.runtimeDir)
 	_ = os.Remove(sock)
@@ -37,6 +37,7 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("POST /connect", r.serveConnect)
+	mux.HandleFunc("POST /display-password", r.servePassword)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Second}
 	go func() { _ = srv.Serve(l) }()
 	return func() { _ = srv.Close() }, nil

@@ -79,6 +79,9 @@ type Runner struct {
 	// guestInfo is status.Guest for the control server's connections.
 	guestInfo atomic.Pointer[guestagent.Info]
 	forwards  forwards
+	// passwords carries display passwords handed over through the pod
+	// from the probe server to the loop.
+	passwords chan passwordRequest
 	// podNet is the guest's side of the pod's network, podMAC its NIC's
 	// address; nil without one.
 	podNet *podnet.Network
@@ -115,6 +118,7 @@ func New(opts Options) (*Runner, error) {
 		log:       opts.Logger.With("vm", c.VM.Name),
 		configDir: filepath.Dir(opts.ConfigFile),
 		config:    c,
+		passwords: make(chan passwordRequest),
 	}
 	r.dataDir, r.runtimeDir = DataDir(c), RuntimeDir(c)
 	return r, nil
@@ -235,7 +239,8 @@ func (r *Runner) launch(ctx context.Context) error {
 	if r.opts.SpiceAddress != "" {
 		m.SpiceAddress = r.opts.SpiceAddress
 	}
-	m.Ticketing = r.displayPassword() != nil
+	// Locked unless the VM opts out: a password comes later, live.
+	m.Ticketing = c.VM.Display != nil && c.VM.Display.Spice != nil && !c.VM.Display.Spice.WithoutPassword
 	if m.CloudInitISO, err = r.cloudInit(); err != nil {
 		return err
 	}
