@@ -1,9 +1,11 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +25,8 @@ import (
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-node/agent"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -64,22 +68,152 @@ func TestPodSecurityEnforced(t *testing.T) {
 	require.NoError(t, err, "the same pod without privileges")
 }
 
-// TestNodeAgentImpostor: a pod that carries what the agent looks for
-// (vmop's labels, its volume, its device resource, the runner's user) but
-// runs another image gets nothing from the agent: an answer that says
-// why, no tap device, no device of its own, and an event on the pod.
+// TestNodeAgentImpostor: pods that carry what the agent looks for
+// (vmop's labels, its volume, the runner's user) but are not as vmop
+// makes them get nothing from the agent: an answer that says why, no tap
+// device, no device of their own, and an event on the pod.
 func TestNodeAgentImpostor(t *testing.T) {
-	const ns, name = "impostor", "impostor-0"
+	const ns = "impostor"
 	createNamespace(t, ns)
+	runner := runnerImage(t)
+
+	t.Run("other image", func(t *testing.T) {
+		const name = "impostor-0"
+		pod := impostorPod(ns, name)
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{nodeagent.Resource: resource.MustParse("1")}
+		create(t, pod)
+		logs := impostorAnswer(t, ns, name)
+		require.Contains(t, logs, "answer: the node agent: refused: container runner of pod impostor/impostor-0 runs image "+impostorImage+", not a vmop runner image the node agent trusts")
+		require.NotContains(t, logs, "link: vmtap0")
+		requireEvents(t, ns, "pod/"+name, agent.EventRefused, "not a vmop runner image")
+
+		// The device plugin gives the pod the tun device, as to any pod that
+		// requests the resource; the agent did not give it to the pod's user.
+		var st unix.Stat_t
+		require.NoError(t, unix.Stat(fmt.Sprintf("/proc/%d/root/dev/net/tun", containerPID(t, ns, name)), &st))
+		require.EqualValues(t, 0, st.Uid, "the owner of the impostor's /dev/net/tun")
+	})
+
+	// The runner's image, asking as vmop's uploader does, but not as
+	// vmop makes it.
+	for name, tc := range map[string]struct {
+		change func(*corev1.Pod)
+		want   string
+	}{
+		"other-args": {func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.Command, c.Args = nil, []string{"disk", "wait"}
+		}, `runs ["disk" "wait"], not a command of vmop's`},
+		"init-container": {func(p *corev1.Pod) {
+			// It could leave a program for the runner in the emptyDir.
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+			init := restrictedPod(ns, "", impostorImage).Spec.Containers[0]
+			init.Name, init.Args = "init", []string{"-exit"}
+			init.VolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
+			p.Spec.InitContainers = []corev1.Container{init}
+			c := &p.Spec.Containers[0]
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "shared", MountPath: runnerconfig.DataDir})
+		}, "mounts emptyDir shared at " + runnerconfig.DataDir},
+		"share-process-namespace": {func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(true) },
+			"shares its process namespace"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pod := servedPod(ns, name, runner)
+			tc.change(pod)
+			create(t, pod)
+			requireEvents(t, ns, "pod/"+name, agent.EventRefused, tc.want)
+		})
+	}
+
+	t.Run("ephemeral-container", func(t *testing.T) {
+		const name = "ephemeral"
+		create(t, servedPod(ns, name, runner))
+		// Served: the agent answered the container.
+		eventually.Within(t, time.Minute, func() string {
+			pid := containerPID(t, ns, name)
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d/root%s/%s", pid, nodeagent.Dir, nodeagent.Prepared)); err != nil {
+				return "the agent did not prepare the pod: " + err.Error()
+			}
+			return ""
+		})
+		p, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+		require.NoError(t, err)
+		t.Logf("the runner's image: %s, imageID %s", p.Status.ContainerStatuses[0].Image, p.Status.ContainerStatuses[0].ImageID)
+		debug := restrictedPod(ns, "", impostorImage).Spec.Containers[0]
+		debug.Name, debug.Args = "debug", []string{"-exit"}
+		p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, corev1.EphemeralContainer{
+			TargetContainerName: "runner", EphemeralContainerCommon: corev1.EphemeralContainerCommon(debug)})
+		_, err = node.Client.CoreV1().Pods(ns).UpdateEphemeralContainers(t.Context(), name, p, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		// The container ends (disk wait, on SIGTERM) and asks again as
+		// it restarts, now with the debug container on its processes.
+		require.NoError(t, unix.Kill(containerPID(t, ns, name), unix.SIGTERM))
+		requireEvents(t, ns, "pod/"+name, agent.EventRefused, "ephemeral container debug of pod impostor/ephemeral reaches the processes")
+	})
+
+	t.Run("hostile-request", func(t *testing.T) {
+		const name = "hostile"
+		before := nodeAgentPID(t)
+		rss := agentRSS(t, before)
+		pod := impostorPod(ns, name)
+		pod.Spec.Containers[0].Args = []string{"-size", strconv.Itoa(100 << 20)}
+		create(t, pod)
+		logs := impostorAnswer(t, ns, name)
+		require.Contains(t, logs, "answer: the node agent: refused: container runner of pod impostor/hostile runs image "+impostorImage)
+		after := agentRSS(t, before)
+		t.Logf("the agent's RSS: %d MiB before the request, %d MiB after", rss>>20, after>>20)
+		require.Less(t, after-rss, int64(16<<20), "the agent's RSS grew")
+		require.Equal(t, before, nodeAgentPID(t), "the agent was restarted")
+		n, err := node.Client.CoreV1().Nodes().Get(t.Context(), testnode.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		q := n.Status.Allocatable[nodeagent.Resource]
+		require.False(t, q.IsZero(), "the node offers no %s: the device plugin is gone", nodeagent.Resource)
+	})
+}
+
+// runnerImage is the runner image that vmop renders, which the agent
+// trusts.
+func runnerImage(t *testing.T) string {
+	file := filepath.Join(t.TempDir(), "vm.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: x, namespace: x}\n"), 0o644))
+	m := regexp.MustCompile(`image: (\S+/` + version.RunnerImage + `:\S+)`).FindStringSubmatch(kubectl(t, "", "vm", "render", "-f", file))
+	require.NotNil(t, m, "no runner image in kubectl vm render's output")
+	return m[1]
+}
+
+// impostorPod is a pod with vmop's labels and the agent's volume that
+// runs test/node/impostor.
+func impostorPod(ns, name string) *corev1.Pod {
 	pod := restrictedPod(ns, name, impostorImage)
 	pod.Labels = render.Labels("impostor")
-	pod.Spec.Volumes = []corev1.Volume{{Name: nodeagent.Volume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	pod.Spec.Volumes = []corev1.Volume{render.NodeAgentVolume()}
 	c := &pod.Spec.Containers[0]
 	c.VolumeMounts = []corev1.VolumeMount{{Name: nodeagent.Volume, MountPath: nodeagent.Dir}}
-	c.Resources.Limits = corev1.ResourceList{nodeagent.Resource: resource.MustParse("1")}
-	_, err := node.Client.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{})
-	require.NoError(t, err)
+	return pod
+}
 
+// servedPod is a pod as the agent serves it: vmop's labels, the runner
+// image as the uploader pod of kubectl vm disk upload runs it.
+func servedPod(ns, name, image string) *corev1.Pod {
+	pod := restrictedPod(ns, name, image)
+	pod.Labels = render.Labels(name)
+	pod.Spec.Volumes = []corev1.Volume{render.NodeAgentVolume()}
+	c := &pod.Spec.Containers[0]
+	c.Command = []string{"vm-runner", "disk", "wait"}
+	render.AskNodeAgent(c)
+	return pod
+}
+
+func create(t *testing.T, pod *corev1.Pod) {
+	_, err := node.Client.CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = node.Client.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+}
+
+// impostorAnswer waits for the agent's answer in the impostor's log.
+func impostorAnswer(t *testing.T, ns, name string) string {
 	var logs string
 	eventually.Within(t, 2*time.Minute, func() string {
 		logs, _, _ = kubectlResult(t.Context(), "", "logs", "-n", ns, name)
@@ -89,19 +223,39 @@ func TestNodeAgentImpostor(t *testing.T) {
 		return "the impostor has no answer yet: " + logs
 	})
 	t.Logf("the impostor's log:\n%s", logs)
-	require.Contains(t, logs, "answer: the node agent: refused: container runner of pod impostor/impostor-0 runs image "+impostorImage+", not a vmop runner image the node agent trusts")
-	require.NotContains(t, logs, "link: vmtap0")
-	requireEvents(t, ns, "pod/"+name, agent.EventRefused, "not a vmop runner image")
+	return logs
+}
 
-	// The device plugin gives the pod the tun device, as to any pod that
-	// requests the resource; the agent did not give it to the pod's user.
-	p, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+// containerPID is the host pid of the first container of a pod.
+func containerPID(t *testing.T, ns, name string) int {
+	var pid int
+	eventually.Within(t, time.Minute, func() string {
+		p, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
+			return "the pod's container does not run yet"
+		}
+		pid, err = node.Containerd.PID(t.Context(), strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://"))
+		if err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	return pid
+}
+
+// agentRSS is the resident memory of process pid (the agent), from
+// /proc.
+func agentRSS(t *testing.T, pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	require.NoError(t, err)
-	pid, err := node.Containerd.PID(t.Context(), strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://"))
+	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(status)
+	require.NotNil(t, m, "no VmRSS in /proc/%d/status", pid)
+	kb, err := strconv.ParseInt(string(m[1]), 10, 64)
 	require.NoError(t, err)
-	var st unix.Stat_t
-	require.NoError(t, unix.Stat(fmt.Sprintf("/proc/%d/root/dev/net/tun", pid), &st))
-	require.EqualValues(t, 0, st.Uid, "the owner of the impostor's /dev/net/tun")
+	return kb << 10
 }
 
 // requireUnprivileged checks that qemu in the VM's pod runs as the
