@@ -49,8 +49,9 @@ type browserPage struct {
 	close  context.CancelFunc
 }
 
-// urlPattern is the page's URL: loopback, a free port, the token.
-const urlPattern = `^http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]{32}/$`
+// urlPattern is the page's one-time link: loopback, a free port, the
+// page's path, the code.
+const urlPattern = `^http://127\.0\.0\.1:\d+/[A-Z2-7]{26}/\?code=[A-Z2-7]{26}$`
 
 // startBrowserConsole runs kubectl vm console --browser with args (the
 // user, namespace and VM among them), and env added to its environment.
@@ -91,10 +92,11 @@ func openNoLaunch(t *testing.T, browser context.Context, args ...string) *browse
 // testguest.Screen) in a real browser as a user with the vm-user role's
 // rights, as a desktop's browser would get it ($BROWSER): the canvas shows
 // the guest's known screen; keys typed in the page, its Ctrl-Alt-Del
-// button and a click on the display reach the guest; the spent password
-// is refused with the page saying so. A second console, with --no-launch,
-// takes the display over and the first page says so; Ctrl-C ends the
-// first command. The second page stays open for the caller, who ends it.
+// button and a click on the display reach the guest. A second console,
+// with --no-launch, takes the display over and the first page says so; a
+// reload of the first page, which kept its session, is refused with the
+// spent password and says so; Ctrl-C ends the first command. The second
+// page stays open for the caller, who ends it.
 func browserConsole(t *testing.T, browser context.Context, ns, vm string) *browserPage {
 	kubectl(t, "", "create", "serviceaccount", "-n", ns, "viewer")
 	kubectl(t, "", "create", "rolebinding", "viewer", "-n", ns, "--clusterrole", install.UserClusterRole, "--serviceaccount", ns+":viewer")
@@ -156,23 +158,6 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 	require.NoError(t, err)
 	t.Logf("an idle browser console: %d bytes/s of SPICE over its WebSockets", (after-before)/int64(idle/time.Second))
 
-	t.Run("spent password refused", func(t *testing.T) {
-		time.Sleep(time.Until(applied.Add(expiry + 2*time.Second)))
-		tab, closeTab := headless.Tab(t, browser)
-		defer closeTab()
-		_, err := chromedp.Run(tab, chromedp.Navigate(p.url))
-		require.NoError(t, err)
-		msg := consolepage.WaitState(tab, t, "refused", time.Minute)
-		require.Contains(t, msg, "The VM's display refused the password")
-		require.Contains(t, msg, "this one is spent")
-		require.Contains(t, msg, "run: kubectl vm console --browser -n "+ns+" "+vm)
-		headless.Screenshot(tab, t, "browser-refused.png")
-		// The first page is still connected.
-		state, _, err := consolepage.State(p.tab)
-		require.NoError(t, err)
-		require.Equal(t, "connected", state)
-	})
-
 	// With --no-launch the user opens the URL: this page takes the display
 	// over (SPICE serves one client), and the first page says it lost it.
 	q := openNoLaunch(t, browser, asViewer...)
@@ -185,11 +170,31 @@ func browserConsole(t *testing.T, browser context.Context, ns, vm string) *brows
 	msg := consolepage.WaitState(p.tab, t, "dropped", time.Minute)
 	require.Contains(t, msg, "another console may have taken it over")
 
+	t.Run("spent password refused", func(t *testing.T) {
+		time.Sleep(time.Until(applied.Add(expiry + 2*time.Second)))
+		_, err := chromedp.Run(p.tab, chromedp.Reload())
+		require.NoError(t, err)
+		msg := consolepage.WaitState(p.tab, t, "refused", time.Minute)
+		require.Contains(t, msg, "The VM's display refused the password")
+		require.Contains(t, msg, "this one is spent")
+		require.Contains(t, msg, "run: kubectl vm console --browser -n "+ns+" "+vm)
+		headless.Screenshot(p.tab, t, "browser-refused.png")
+		// The second page is still connected.
+		state, _, err := consolepage.State(q.tab)
+		require.NoError(t, err)
+		require.Equal(t, "connected", state)
+	})
+
 	// Ctrl-C ends the first command; its page says so.
 	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
 	require.NoError(t, p.cmd.Wait(), "Ctrl-C: %s", p.stderr.String())
-	msg = consolepage.WaitState(p.tab, t, "ended", time.Minute)
-	require.Contains(t, msg, "kubectl vm console has ended: this page no longer reaches the VM.")
+	const ended = "kubectl vm console has ended: this page no longer reaches the VM."
+	eventually.Within(t, time.Minute, func() string {
+		if _, msg, err := consolepage.State(p.tab); err != nil || !strings.Contains(msg, ended) {
+			return fmt.Sprintf("the first page does not say the command ended: %q (%v)", msg, err)
+		}
+		return ""
+	})
 	p.close()
 	return q
 }
