@@ -251,17 +251,17 @@ func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir s
 	// Trust first: a pod the agent refuses has no say in what the agent
 	// reads, or for how long.
 	err = a.trustPod(pod)
-	var root int
+	var proc *process
 	if err == nil {
-		root, err = a.trustPeer(pod, pid, uidPeer, sock)
+		proc, err = a.trustPeer(pod, pid, uidPeer, sock)
 	}
 	if err != nil {
 		_ = nodeagent.Reply(c, nodeagent.Response{Error: err.Error()})
 		a.refused(log, pod, err)
 		return
 	}
-	defer unix.Close(root)
-	h := &handler{a: a, pod: pod, pid: pid, root: root}
+	defer proc.close()
+	h := &handler{pod: pod, proc: proc}
 	var failed error
 	err = nodeagent.Answer(c, func(req nodeagent.Request) nodeagent.Response {
 		resp, err := h.handle(ctx, req)

@@ -226,11 +226,14 @@ func TestTrustPod(t *testing.T) {
 	}
 }
 
-// fakeProc makes a process pid under a.o.Proc with a root directory, and
-// returns the root.
+// fakeProc makes a process pid under a.o.Proc with a root directory and
+// a network namespace (a stand-in file) of its own, and returns the
+// root.
 func fakeProc(t *testing.T, a *Agent, pid int) string {
 	root := filepath.Join(a.procPath(pid), "root")
 	require.NoError(t, os.MkdirAll(filepath.Join(root, nodeagent.Dir), 0o755))
+	require.NoError(t, os.MkdirAll(a.procPath(pid, "ns"), 0o755))
+	require.NoError(t, os.WriteFile(a.procPath(pid, "ns", "net"), nil, 0o444))
 	return root
 }
 
@@ -244,19 +247,48 @@ func socketIn(t *testing.T, root string) fileID {
 	return statID(&st)
 }
 
+// fdID is the identity of the file that descriptor fd is open on.
+func fdID(t *testing.T, fd int) fileID {
+	var st unix.Stat_t
+	require.NoError(t, unix.Fstat(fd, &st))
+	return statID(&st)
+}
+
+func pathID(t *testing.T, path string) fileID {
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(path, &st))
+	return statID(&st)
+}
+
 func TestTrustPeer(t *testing.T) {
 	a := newAgent(t)
 	pod := vmPod()
+	fakeProc(t, a, 1) // the node's first process, in its namespaces
 	sock := socketIn(t, fakeProc(t, a, 100))
 	other := socketIn(t, fakeProc(t, a, 200))
 	require.NotEqual(t, sock, other)
 	link := fakeProc(t, a, 201)
 	require.NoError(t, os.Symlink(filepath.Join(a.procPath(100), "root", nodeagent.Dir, nodeagent.Socket), filepath.Join(link, nodeagent.Dir, nodeagent.Socket)))
 	fakeProc(t, a, 400)
+	// In the pod's container, but in the node's network namespace.
+	fakeProc(t, a, 300)
+	require.NoError(t, os.RemoveAll(a.procPath(300, "root")))
+	// (Process 100's, which its dir has once it has ended, below.)
+	require.NoError(t, os.Symlink(filepath.Join(a.procPath(100)+".gone", "root"), a.procPath(300, "root")))
+	require.NoError(t, os.Remove(a.procPath(300, "ns", "net")))
+	require.NoError(t, os.Link(a.procPath(1, "ns", "net"), a.procPath(300, "ns", "net")))
 
-	root, err := a.trustPeer(pod, 100, nodeagent.RunnerUID, sock)
+	netns := pathID(t, a.procPath(100, "ns", "net"))
+	p, err := a.trustPeer(pod, 100, nodeagent.RunnerUID, sock)
 	require.NoError(t, err)
-	require.NoError(t, unix.Close(root), "trustPeer returns the container's root, open")
+	// Process 100 ends, and another takes its pid: what the agent holds
+	// is still the first one's.
+	require.NoError(t, os.Rename(a.procPath(100), a.procPath(100)+".gone"))
+	fakeProc(t, a, 100)
+	require.Equal(t, netns, fdID(t, p.netns), "the network namespace the agent holds")
+	require.NotEqual(t, netns, pathID(t, a.procPath(100, "ns", "net")))
+	p.close()
+
 	for _, tc := range []struct {
 		pid, uid int
 		want     string
@@ -265,10 +297,14 @@ func TestTrustPeer(t *testing.T) {
 		{200, nodeagent.RunnerUID, "the asking process 200 is not in pod ns/vm-0: it does not have the pod's socket at /run/vmop-node"},
 		{201, nodeagent.RunnerUID, "the asking process 201 is not in pod ns/vm-0"},
 		{400, nodeagent.RunnerUID, "the asking process 400 is not in pod ns/vm-0"},
+		{300, nodeagent.RunnerUID, "the asking process 300 is in the node's network namespace"},
+		{500, nodeagent.RunnerUID, "the asking process 500: "},
 	} {
 		_, err := a.trustPeer(pod, tc.pid, tc.uid, sock)
-		require.ErrorIs(t, err, errRefused, "pid %d", tc.pid)
 		require.ErrorContains(t, err, tc.want)
+		if tc.pid != 500 {
+			require.ErrorIs(t, err, errRefused, "pid %d", tc.pid)
+		}
 	}
 }
 
@@ -327,7 +363,10 @@ func TestPodNetworkInNetns(t *testing.T) {
 	run("ip", "-n", ns, "route", "add", "default", "via", "10.98.9.1")
 
 	var n *podnet.Network
-	err := inNetns("/run/netns/"+ns, func() error {
+	f, err := os.Open("/run/netns/" + ns)
+	require.NoError(t, err)
+	defer f.Close()
+	err = inNetns(int(f.Fd()), func() error {
 		var err error
 		n, err = podnet.Setup(podnet.Options{Net: mustPrefix(t, "10.0.2.0/24"), TapOwner: nodeagent.RunnerUID})
 		return err

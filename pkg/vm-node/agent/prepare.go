@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -16,10 +15,8 @@ import (
 
 // handler answers one container of a pod, which the agent trusts.
 type handler struct {
-	a    *Agent
 	pod  *corev1.Pod
-	pid  int // the asking process, in the host's PID namespace
-	root int // its root directory, opened
+	proc *process // the asking process
 }
 
 // agentDevices are the devices of the agent's device plugin, as a
@@ -27,14 +24,14 @@ type handler struct {
 var agentDevices = []string{"/dev/kvm", "/dev/net/tun", "/dev/vhost-net"}
 
 func (h *handler) handle(_ context.Context, req nodeagent.Request) (nodeagent.Response, error) {
-	if err := h.ownDevices(h.root); err != nil {
+	if err := h.ownDevices(h.proc.root); err != nil {
 		return nodeagent.Response{}, err
 	}
 	var resp nodeagent.Response
 	if req.PodNetwork != nil {
 		o := *req.PodNetwork
 		o.TapOwner = nodeagent.RunnerUID
-		err := inNetns(h.a.procPath(h.pid, "ns", "net"), func() error {
+		err := inNetns(h.proc.netns, func() error {
 			n, err := podnet.Setup(o)
 			resp.PodNetwork = n
 			return err
@@ -86,19 +83,14 @@ func ownDevice(root int, path string) error {
 	return nil
 }
 
-// inNetns runs fn on a thread in the network namespace at path. The
-// thread stays locked, so Go ends it with the goroutine: no other
-// goroutine ever runs in that namespace.
-func inNetns(path string, fn func() error) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("the pod's network namespace: %w", err)
-	}
-	defer f.Close()
+// inNetns runs fn on a thread in the network namespace netns (a
+// descriptor). The thread stays locked, so Go ends it with the
+// goroutine: no other goroutine ever runs in that namespace.
+func inNetns(netns int, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		if err := unix.Setns(netns, unix.CLONE_NEWNET); err != nil {
 			done <- fmt.Errorf("entering the pod's network namespace: %w", err)
 			return
 		}

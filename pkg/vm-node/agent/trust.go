@@ -162,32 +162,73 @@ func statID(st *unix.Stat_t) fileID {
 	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim} //nolint:unconvert // Dev is not uint64 everywhere
 }
 
+// process is the asking process as the agent acts on it: its root and
+// network namespace, both opened through one handle of its /proc
+// directory, so that they are one process's even if the pid is reused.
+type process struct {
+	root, netns int
+}
+
+func (p *process) close() {
+	unix.Close(p.root)
+	unix.Close(p.netns)
+}
+
 // trustPeer says whether process pid, which offered the socket sock as
-// uid, is a container of the pod running as the runner's user, and
-// returns that container's root, opened, for the work that follows. That
-// it is the pod's: it sees sock, in the pod's emptyDir, at the path where
-// the pod's containers mount it, and only that pod's containers mount
-// that emptyDir; trustPod made sure the pod shares no namespace of the
-// node. (Cgroup paths need not name the pod: that depends on the
-// kubelet's cgroup driver. The node's pid 1 need not show its namespaces,
-// even to root.)
-func (a *Agent) trustPeer(pod *corev1.Pod, pid, uid int, sock fileID) (root int, err error) {
+// uid, is a container of the pod running as the runner's user, in the
+// pod's network namespace, and returns it, opened, for the work that
+// follows. That it is the pod's: it sees sock, in the pod's emptyDir, at
+// the path where the pod's containers mount it, and only that pod's
+// containers mount that emptyDir; trustPod made sure the pod shares no
+// namespace of the node. (Cgroup paths need not name the pod: that
+// depends on the kubelet's cgroup driver.)
+func (a *Agent) trustPeer(pod *corev1.Pod, pid, uid int, sock fileID) (*process, error) {
 	if uid != nodeagent.RunnerUID {
-		return -1, refuse("the process that asks runs as uid %d, not the runner's %d", uid, nodeagent.RunnerUID)
+		return nil, refuse("the process that asks runs as uid %d, not the runner's %d", uid, nodeagent.RunnerUID)
 	}
-	root, err = unix.Open(a.procPath(pid, "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	dir, err := unix.Open(a.procPath(pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("the root of the asking process %d: %w", pid, err)
+		return nil, fmt.Errorf("the asking process %d: %w", pid, err)
 	}
-	fd, st, err := openInRoot(root, filepath.Join(nodeagent.Dir, nodeagent.Socket))
+	defer unix.Close(dir)
+	p := &process{root: -1, netns: -1}
+	if p.root, err = unix.Openat(dir, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		p.netns, err = unix.Openat(dir, "ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		p.close()
+		return nil, fmt.Errorf("the asking process %d: %w", pid, err)
+	}
+	fd, st, err := openInRoot(p.root, filepath.Join(nodeagent.Dir, nodeagent.Socket))
 	if err == nil {
 		unix.Close(fd)
 	}
 	if err != nil || statID(&st) != sock {
-		unix.Close(root)
-		return -1, refuse("the asking process %d is not in pod %s/%s: it does not have the pod's socket at %s", pid, pod.Namespace, pod.Name, nodeagent.Dir)
+		p.close()
+		return nil, refuse("the asking process %d is not in pod %s/%s: it does not have the pod's socket at %s", pid, pod.Namespace, pod.Name, nodeagent.Dir)
 	}
-	return root, nil
+	if a.nodeNetns(p.netns) {
+		p.close()
+		return nil, refuse("the asking process %d is in the node's network namespace", pid)
+	}
+	return p, nil
+}
+
+// nodeNetns tells whether fd is the network namespace of the node (its
+// first process's) or of the agent. (A node's pid 1 need not show its
+// namespaces, even to root: then the pod's hostNetwork is what tells.)
+func (a *Agent) nodeNetns(fd int) bool {
+	var ns unix.Stat_t
+	if unix.Fstat(fd, &ns) != nil {
+		return true
+	}
+	for _, p := range []string{a.procPath(1, "ns", "net"), "/proc/self/ns/net"} {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Dev == ns.Dev && st.Ino == ns.Ino {
+			return true
+		}
+	}
+	return false
 }
 
 // openInRoot opens path inside the directory root (O_PATH), as if root
