@@ -187,6 +187,16 @@ func TestTrustPod(t *testing.T) {
 			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
 				Name: "debug", Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: nodeagent.Volume, MountPath: "/x"}}}}}
 		}, "ephemeral container debug of pod ns/vm-0 reaches"},
+		"image changed while running": {func(p *corev1.Pod) {
+			s := &p.Status.ContainerStatuses[0]
+			s.Image, s.ImageID = "example.org/evil:1", "example.org/evil@"+runnerDigest
+		}, "container runner of pod ns/vm-0 still runs image example.org/evil:1"},
+		"image ID of another repository": {func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].ImageID = "example.org/evil@" + runnerDigest
+		}, "container runner of pod ns/vm-0 runs image example.org/evil@sha256:aaaa"},
+		"digest mismatch": {func(p *corev1.Pod) {
+			container(p, "runner").Image = runnerRepo + "@sha256:" + strings.Repeat("b", 64)
+		}, "container runner of pod ns/vm-0 runs image ghcr.io/vmop/vm-runner@sha256:aaaa"},
 		"not vmop's":   {func(p *corev1.Pod) { p.Labels = nil }, "pod ns/vm-0 is not labelled app.kubernetes.io/managed-by=vm-operator"},
 		"host network": {func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "shares a namespace of the node"},
 		"privileged": {func(p *corev1.Pod) {

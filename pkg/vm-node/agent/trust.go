@@ -81,6 +81,45 @@ func (a *Agent) trustPod(pod *corev1.Pod) error {
 			return refuse("ephemeral container %s of pod %s/%s reaches the processes or the socket of a container the agent serves", e.Name, pod.Namespace, pod.Name)
 		}
 	}
+	return a.trustImages(pod, asking)
+}
+
+// trustImages checks what the asking containers run, by the pod's
+// status: a running pod's image may be changed in its spec, and the
+// container runs the image before until the kubelet restarts it. Each
+// one that runs must run an image of a trusted repository, and the very
+// digest its spec names, if it names one.
+func (a *Agent) trustImages(pod *corev1.Pod, asking map[string]bool) error {
+	spec := map[string]string{}
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		spec[c.Name] = c.Image
+	}
+	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if !asking[s.Name] || s.State.Running == nil {
+			continue
+		}
+		// The image as the runtime names it; an image ID alone
+		// ("sha256:...") names no repository.
+		if repo, err := repository(s.Image); err == nil && !a.trusted[repo] {
+			return refuse("container %s of pod %s/%s still runs image %s, not a vmop runner image the node agent trusts", s.Name, pod.Namespace, pod.Name, s.Image)
+		}
+		// The digest it runs: repository@sha256:..., after a scheme
+		// with some runtimes (docker-pullable://).
+		id := s.ImageID
+		if _, after, ok := strings.Cut(id, "://"); ok {
+			id = after
+		}
+		running, err := name.NewDigest(id)
+		if err != nil {
+			continue
+		}
+		if !a.trusted[running.Context().Name()] {
+			return refuse("container %s of pod %s/%s runs image %s, not a vmop runner image the node agent trusts", s.Name, pod.Namespace, pod.Name, id)
+		}
+		if want, err := name.NewDigest(spec[s.Name]); err == nil && want.DigestStr() != running.DigestStr() {
+			return refuse("container %s of pod %s/%s runs image %s, not %s", s.Name, pod.Namespace, pod.Name, id, spec[s.Name])
+		}
+	}
 	return nil
 }
 
