@@ -5,6 +5,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,6 +32,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/completion"
+	"github.com/vmop/vmop/pkg/kubectl-vm/podexec"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
@@ -72,13 +75,17 @@ func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 a one-time password, or with --browser in a web browser; with --serial,
 attach this terminal to the VM's serial console instead.
 
-The command writes a new random password with a short expiry into the VM's
-display Secret (labelled ` + render.LabelComponent + `=` + render.ComponentDisplaySecret + `, else
-<vm>-display-secret; created when missing) and waits until the runner
-reports it applied (status.displayPasswordSerial). The password lets a
-client log in for --expiry from then on; a connected client stays connected.
-Without a VirtualMachine (GitOps mode) there is no status to wait for: the
-command goes on at once, and the password may take a moment to apply.
+The command makes a new random password with a short expiry and hands it
+to the VM's runner through its pod ("vm-runner display-password", run
+through pods/exec, the password on stdin), which sets it at once and says
+so. The password lets a client log in for --expiry from then on; a
+connected client stays connected. Where pods/exec is refused or the pod
+runs an older runner, the command writes the password into the VM's
+display Secret instead (labelled ` + render.LabelComponent + `=` + render.ComponentDisplaySecret + `, else
+<vm>-display-secret; created when missing) and, with a VirtualMachine,
+waits until the runner reports it applied (status.displayPasswordSerial).
+A VM's display is locked until then, unless the VM opts out with the
+annotation ` + v1.AnnotationDisplayWithoutPassword + `: "true".
 
 The display is reached through the VM's LoadBalancer Service (with
 loadBalancerService) once it has an address, else through
@@ -233,7 +240,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	defer ep.close()
-	password, err := o.setPassword(ctx, vm)
+	password, err := o.setPassword(ctx, vm, pod)
 	if err != nil {
 		return err
 	}
@@ -295,23 +302,58 @@ func spiceOf(vm *vmclient.VM) (*v1.Spice, error) {
 	return nil, fmt.Errorf("%s has no SPICE display (no port %q on its StatefulSet's runner container)", vm.Name, render.PortSpice)
 }
 
-// setPassword writes a new random password into the display Secret and
-// waits until the runner has applied it.
-func (o *Options) setPassword(ctx context.Context, vm *vmclient.VM) (string, error) {
-	c := o.client
+// setPassword makes a new random one-time password for the display and
+// hands it to the runner through the VM's pod (vm-runner
+// display-password), which sets it at once and says so. Where that is not
+// possible (pods/exec refused, a runner older than the command) it writes
+// the password into the display Secret instead. "" is no password: the VM
+// opted out of the locked display.
+func (o *Options) setPassword(ctx context.Context, vm *vmclient.VM, pod *corev1.Pod) (string, error) {
 	random := make([]byte, 24)
 	if _, err := rand.Read(random); err != nil {
 		return "", err
 	}
 	password := base64.RawURLEncoding.EncodeToString(random)
 	expiry := fmt.Sprintf("+%d", int64(math.Ceil(o.Expiry.Seconds())))
+	var out bytes.Buffer
+	err := podexec.Exec(ctx, o.client.Config, pod, runnerconfig.DisplayPasswordCommand(expiry),
+		podexec.Streams{Stdin: strings.NewReader(password + "\n"), Stdout: &out, Stderr: &out})
+	var exit *podexec.ExitError
+	switch {
+	case err == nil:
+		return password, nil
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	case errors.As(err, &exit) && exit.Code == runnerconfig.ExitDisplayWithoutPassword:
+		fmt.Fprintf(o.ErrOut, "warning: %s's display runs without a password (annotation %s): whoever reaches its SPICE port gets it\n", vm.Name, v1.AnnotationDisplayWithoutPassword)
+		return "", nil
+	case errors.As(err, &exit) && exit.Code == runnerconfig.ExitPasswordFailed:
+		return "", fmt.Errorf("the runner of %s did not set the display password: %s", vm.Name, strings.TrimSpace(lastLine(out.String())))
+	case errors.As(err, &exit):
+		fmt.Fprintf(o.ErrOut, "warning: %s's runner is older than this command (restart the VM to update it): setting the password through the display Secret\n", vm.Name)
+	default:
+		fmt.Fprintf(o.ErrOut, "warning: cannot hand the password to %s's runner through its pod (%v): setting it through the display Secret\n", vm.Name, o.client.Explain(err))
+	}
+	return password, o.writePassword(ctx, vm, password, expiry)
+}
+
+// lastLine is the last non-empty line of s: a command's reason.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// writePassword writes password into the display Secret and, in operator
+// mode, waits until the runner has applied it.
+func (o *Options) writePassword(ctx context.Context, vm *vmclient.VM, password, expiry string) error {
+	c := o.client
 	var serial int64
 	if vm.Mode == vmclient.ModeOperator {
 		serial = vm.VM.Status.DisplayPasswordSerial
 	}
 	secret, err := o.displaySecret(ctx, vm)
 	if err != nil {
-		return "", err
+		return err
 	}
 	created := secret.ResourceVersion == ""
 	if secret.Data == nil {
@@ -328,13 +370,13 @@ func (o *Options) setPassword(ctx context.Context, vm *vmclient.VM) (string, err
 		secret, err = secrets.Update(ctx, secret, metav1.UpdateOptions{FieldManager: vmclient.FieldManager})
 	}
 	if err != nil {
-		return "", c.Explain(err)
+		return c.Explain(err)
 	}
 	if created {
-		// The runner turns ticketing on only when it starts with a
-		// password: this VM's display has none until it restarts.
-		fmt.Fprintf(o.ErrOut, "warning: %s had no display Secret: created %s; its display stays without a password until the VM restarts\n", vm.Name, secret.Name)
-		return password, nil
+		// A runner older than the locked display turns ticketing on only
+		// when it starts with a password.
+		fmt.Fprintf(o.ErrOut, "warning: %s had no display Secret: created %s; a runner older than this command locks its display only from the VM's next start\n", vm.Name, secret.Name)
+		return nil
 	}
 	// The pod's annotation podsync.AnnotationPasswordSerial changes with
 	// every new password, so that the kubelet refreshes the Secret in the
@@ -342,7 +384,7 @@ func (o *Options) setPassword(ctx context.Context, vm *vmclient.VM) (string, err
 	c.SyncPod(ctx, vm, podsync.AnnotationPasswordSerial, secret.ResourceVersion, "the new password", o.ErrOut)
 	if vm.Mode == vmclient.ModeGitOps {
 		fmt.Fprintf(o.ErrOut, "warning: %s/%s has no VirtualMachine (GitOps mode), whose status would confirm the new password: it may take a moment to apply\n", vm.Namespace, vm.Name)
-		return password, nil
+		return nil
 	}
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, o.Timeout, true, func(ctx context.Context) (bool, error) {
 		obj, err := c.VMs(vm.Namespace).Get(ctx, vm.Name, metav1.GetOptions{})
@@ -354,11 +396,11 @@ func (o *Options) setPassword(ctx context.Context, vm *vmclient.VM) (string, err
 	})
 	if err != nil {
 		if wait.Interrupted(err) && ctx.Err() == nil {
-			return "", fmt.Errorf("the runner did not apply the new display password within %s (status.displayPasswordSerial stayed %d); see %s status %s", o.Timeout, serial, o.cmdName, vm.Name)
+			return fmt.Errorf("the runner did not apply the new display password within %s (status.displayPasswordSerial stayed %d); see %s status %s", o.Timeout, serial, o.cmdName, vm.Name)
 		}
-		return "", err
+		return err
 	}
-	return password, nil
+	return nil
 }
 
 // displaySecret finds the VM's display Secret as the operator does: one

@@ -37,6 +37,7 @@ const example = `  # What a VM is asked to do and what it does
 type Options struct {
 	Name string
 
+	cmdName     string // "kubectl vm", for hints
 	configFlags *genericclioptions.ConfigFlags
 	client      *vmclient.Client
 	// now is the clock of ages; tests fix it.
@@ -50,7 +51,7 @@ func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 }
 
 func newCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, now func() time.Time) *cobra.Command {
-	o := &Options{configFlags: configFlags, IOStreams: streams, now: now}
+	o := &Options{cmdName: name, configFlags: configFlags, IOStreams: streams, now: now}
 	return &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show a VM's spec and what it does",
@@ -250,7 +251,10 @@ func (o *Options) display(v *View) string {
 	if d == nil || d.Spice == nil {
 		return "no SPICE server"
 	}
-	s := fmt.Sprintf("SPICE on port %d, password from Secret %s", d.Spice.Port, v.DisplaySecret())
+	if d.Spice.WithoutPassword {
+		return fmt.Sprintf("SPICE on port %d WITHOUT A PASSWORD: %s", d.Spice.Port, render.DisplayWithoutPasswordWarning)
+	}
+	s := fmt.Sprintf("SPICE on port %d, locked but for one-time passwords (%s console %s) and Secret %s", d.Spice.Port, o.cmdName, v.Name, v.DisplaySecret())
 	if v.Mode == vmclient.ModeOperator {
 		s += ", console client: " + cmp.Or(v.ConsoleClient(), "none")
 	}
