@@ -2,8 +2,10 @@ package node
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/spicetest"
 	"github.com/vmop/vmop/test/harness/testguest"
 )
 
@@ -46,6 +50,13 @@ func TestGitOpsJourney(t *testing.T) {
 		require.Equal(t, pod, podUID(t, ns, vm), "the pod was replaced")
 	})
 
+	// Rendered for Git, the VM started without a display Secret: its
+	// display is locked to every pod, and the console gets in at once.
+	t.Run("locked display", func(t *testing.T) {
+		requireLocked(t, ns, vm)
+		consoleLogin(t, ns, vm)
+	})
+
 	t.Run("browser console", func(t *testing.T) { gitopsBrowserConsole(t, ns, vm) })
 
 	t.Run("stop and start", func(t *testing.T) {
@@ -75,6 +86,22 @@ func TestGitOpsJourney(t *testing.T) {
 	boots, err := testguest.ReadBoots(node.DiskFile(disk))
 	require.NoError(t, err)
 	require.Equal(t, 2, boots)
+}
+
+// requireLocked checks that no password, or a guessed one, opens the VM's
+// SPICE display from the node, which reaches the pod's address as any pod
+// of the cluster does.
+func requireLocked(t *testing.T, ns, vm string) {
+	t.Helper()
+	pod, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, pod.Status.PodIP)
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(v1.DefaultSpicePort))
+	for _, password := range []string{"", "guess"} {
+		ok, err := spicetest.Login(t.Context(), addr, password)
+		require.NoError(t, err, "SPICE at the pod's address %s", addr)
+		require.False(t, ok, "the display at %s took the password %q", addr, password)
+	}
 }
 
 // grantRunner gives the runner pods of namespace ns an identity, as
