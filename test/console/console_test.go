@@ -3,8 +3,10 @@
 // reporter, and SPICE logins with the password the command hands out.
 // Nothing plays the kubelet but the test itself, which copies the display
 // Secret into the runner's config directory. Without a kubelet a pod has
-// no ports, so the port-forward path is not tested here: the VM is reached
-// through its LoadBalancer Service, whose address the test sets.
+// no ports and no exec, so the port-forward path and the password handed
+// over through the pod are not tested here (test/node does): the VM is
+// reached through its LoadBalancer Service, whose address the test sets,
+// and the command falls back to writing the display Secret.
 package console_test
 
 import (
@@ -296,6 +298,8 @@ func TestConsole(t *testing.T) {
 		before := e.passwordSerial(t, vm.Name)
 		out, errOut, err := e.plugin(ctx, "console", vm.Name, "--print-vv", "--expiry", "3s")
 		require.NoError(t, err, "stderr: %s", errOut)
+		require.Contains(t, errOut, "cannot hand the password to test-vm's runner through its pod")
+		require.Contains(t, errOut, "setting it through the display Secret")
 		t.Logf(".vv:\n%s", out)
 		require.True(t, strings.HasPrefix(out, "[virt-viewer]\ntype=spice\n"), out)
 		require.Equal(t, "127.0.0.1", vvKey(t, out, "host"))
