@@ -6,8 +6,8 @@
 # mmdebstrap for the vm-runner image's Debian root, containerd, runc, the
 # CNI plugins, iptables and nfacct (which removes the counters kube-proxy
 # leaves in the kernel) for the test node that runs vmop's images,
-# iproute2 and nftables for the pod network's tests (network namespaces,
-# the NAT rules read back), busybox's udhcpc for the DHCP server's,
+# iproute2, nftables and tcpdump for the pod network's tests (network
+# namespaces, the NAT rules read back, what leaves a pod), busybox's udhcpc for the DHCP server's,
 # syslinux, mtools and dosfstools for the test guest's boot disk, GRUB's
 # BIOS and EFI images and sfdisk for the Debian test guest's disk,
 # openssh-client (ssh, ssh-keygen) for SSH into that guest, git (its
@@ -19,7 +19,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-packages=(etcd-server qemu-system-x86 qemu-utils ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables nfacct iproute2 nftables syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client git chromium)
+packages=(etcd-server qemu-system-x86 qemu-utils ovmf swtpm swtpm-tools genisoimage util-linux busybox-static linux-image-amd64 xz-utils virt-viewer xvfb x11-apps mmdebstrap containerd runc containernetworking-plugins iptables nfacct iproute2 nftables tcpdump syslinux syslinux-common mtools dosfstools grub-pc-bin grub-efi-amd64-bin fdisk e2fsprogs openssh-client git chromium)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,7 +2,6 @@ package podnet
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -38,18 +37,7 @@ func BenchmarkGuestEcho(b *testing.B) {
 	g := testguest.Build(b).WithAppend(testguest.DHCP)
 	b.Run("pod-network", func(b *testing.B) {
 		p := newPod(b)
-		serve := exec.Command("ip", "netns", "exec", p.ns, os.Args[0])
-		opts, err := json.Marshal(Options{Net: netip.MustParsePrefix("10.0.2.0/24")})
-		require.NoError(b, err)
-		serve.Env = append(os.Environ(), helperEnv+"="+string(opts), serveEnv+"="+benchMAC)
-		stdin, err := serve.StdinPipe()
-		require.NoError(b, err)
-		serve.Stderr = os.Stderr
-		require.NoError(b, serve.Start())
-		b.Cleanup(func() {
-			stdin.Close()
-			_ = serve.Wait()
-		})
+		p.serve(b, Options{Net: netip.MustParsePrefix("10.0.2.0/24"), MAC: benchMAC})
 		qemu := startGuest(b, g, []string{"ip", "netns", "exec", p.ns},
 			"-netdev", "tap,id=n,ifname="+Tap+",script=no,downscript=no", "-device", "virtio-net-pci,netdev=n,mac="+benchMAC)
 		benchEcho(b, qemu, "10.98.7.2:7")
@@ -65,33 +53,58 @@ func BenchmarkGuestEcho(b *testing.B) {
 	})
 }
 
+// qemuGuest is a guest that startGuest booted.
+type qemuGuest struct {
+	cmd *exec.Cmd
+	dir string       // its serial console: the socket console, the file console.log
+	out bytes.Buffer // qemu's own output
+}
+
 // startGuest boots g with qemu (behind prefix, a command such as ip netns
 // exec) and waits until its echo service listens.
-func startGuest(b *testing.B, g testguest.Guest, prefix []string, nic ...string) *exec.Cmd {
-	console := filepath.Join(b.TempDir(), "console.log")
+func startGuest(tb testing.TB, g testguest.Guest, prefix []string, nic ...string) *qemuGuest {
+	q := &qemuGuest{dir: tb.TempDir()}
 	args := append(prefix, "qemu-system-x86_64", "-nodefaults", "-display", "none", "-no-reboot",
-		"-machine", "q35,accel="+testguest.Accel(), "-cpu", "max", "-m", "256", "-serial", "file:"+console)
+		"-machine", "q35,accel="+testguest.Accel(), "-cpu", "max", "-m", "256",
+		"-chardev", "socket,id=con,server=on,wait=off,path="+filepath.Join(q.dir, "console")+",logfile="+filepath.Join(q.dir, "console.log"),
+		"-serial", "chardev:con")
 	args = append(append(args, nic...), g.QemuArgs()...)
-	cmd := exec.Command(args[0], args[1:]...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(b, cmd.Start())
-	b.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	q.cmd = exec.Command(args[0], args[1:]...)
+	q.cmd.Stdout, q.cmd.Stderr = &q.out, &q.out
+	require.NoError(tb, q.cmd.Start())
+	tb.Cleanup(func() {
+		_ = q.cmd.Process.Kill()
+		_ = q.cmd.Wait()
 	})
-	eventually.Within(b, time.Minute, func() string {
-		log, _ := os.ReadFile(console)
-		if strings.Contains(string(log), testguest.EchoLine) {
+	q.wait(tb, testguest.EchoLine)
+	return q
+}
+
+// wait waits until the guest's console has line.
+func (q *qemuGuest) wait(tb testing.TB, line string) {
+	tb.Helper()
+	eventually.Within(tb, time.Minute, func() string {
+		log, _ := os.ReadFile(filepath.Join(q.dir, "console.log"))
+		if strings.Contains(string(log), line) {
 			return ""
 		}
-		return fmt.Sprintf("no %q yet; qemu: %s; console:\n%s", testguest.EchoLine, out.String(), log)
+		return fmt.Sprintf("no %q yet; qemu: %s; console:\n%s", line, q.out.String(), log)
 	})
-	return cmd
+}
+
+// typeLine types line on the guest's console. The connection stays
+// open: qemu drops what the guest's UART has not taken when it closes.
+func (q *qemuGuest) typeLine(tb testing.TB, line string) {
+	tb.Helper()
+	c, err := net.Dial("unix", filepath.Join(q.dir, "console"))
+	require.NoError(tb, err)
+	tb.Cleanup(func() { c.Close() })
+	_, err = io.WriteString(c, line+"\r")
+	require.NoError(tb, err)
 }
 
 // benchEcho sends echoBytes per round to addr and reads them back.
-func benchEcho(b *testing.B, qemu *exec.Cmd, addr string) {
+func benchEcho(b *testing.B, qemu *qemuGuest, addr string) {
 	// The guest prints its echo line as it starts nc, which may not listen
 	// yet.
 	eventually.Within(b, 30*time.Second, func() string {
@@ -123,7 +136,7 @@ func benchEcho(b *testing.B, qemu *exec.Cmd, addr string) {
 	b.StopTimer()
 	require.Equal(b, data, got)
 	// ip netns exec execs qemu: the pid is qemu's either way.
-	b.ReportMetric(float64(rssKiB(b, qemu.Process.Pid))/1024, "qemu-rss-MiB")
+	b.ReportMetric(float64(rssKiB(b, qemu.cmd.Process.Pid))/1024, "qemu-rss-MiB")
 }
 
 // rssKiB is a process's resident memory from /proc.

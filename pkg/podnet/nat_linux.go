@@ -9,8 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// table is the nftables table of the pod network, in the pod's network
-// namespace; replacing it whole makes Setup repeatable.
+// table names the nftables tables of the pod network, in the pod's
+// network namespace: NAT (ip family) and the guest's guard (netdev);
+// replacing them whole makes Setup repeatable.
 const table = "vmop-pod-network"
 
 // natRules are the NAT between the pod's interface and the guest.
@@ -22,13 +23,21 @@ type natRules struct {
 	reserved []Port
 }
 
-// applyNAT replaces the pod network's table with one for r, in one
-// netlink batch: the guest is never half reachable.
-func applyNAT(r natRules) error {
+// applyRules replaces the pod network's tables, NAT and the guest's
+// guard, in one netlink batch: the guest is never half reachable nor
+// half guarded.
+func applyRules(r natRules, g guestRules) error {
 	c, err := nftables.New()
 	if err != nil {
 		return err
 	}
+	r.add(c)
+	g.add(c)
+	return c.Flush()
+}
+
+// add replaces the NAT table in c's batch.
+func (r natRules) add(c *nftables.Conn) {
 	t := &nftables.Table{Name: table, Family: nftables.TableFamilyIPv4}
 	// Adding first makes the delete succeed on the first run too.
 	c.AddTable(t)
@@ -42,7 +51,6 @@ func applyNAT(r natRules) error {
 		c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: exprs})
 	}
 	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: r.postrouting()})
-	return c.Flush()
 }
 
 // prerouting: connections to the pod's interface go to the guest, except

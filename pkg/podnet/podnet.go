@@ -41,6 +41,9 @@ type Options struct {
 	// are but Reserved.
 	Ports    []Port `json:"ports,omitempty"`
 	Reserved []Port `json:"reserved,omitempty"`
+	// MAC is the guest NIC's: the only source MAC its frames may have.
+	// Empty (an older runner's request) leaves the MAC unchecked.
+	MAC string `json:"mac,omitempty"`
 	// TapOwner, when not 0, is the uid (and gid) that may open the tap
 	// without privileges: the runner's, when it has none. Then the
 	// namespace's unprivileged ports also start at the DHCP server's.

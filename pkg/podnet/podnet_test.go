@@ -79,7 +79,8 @@ func helper(opts, mac string) int {
 // pod is a network namespace with a veth pair to the test's, as a CNI
 // bridge plugin would give a pod: eth0 with an address and a default route.
 type pod struct {
-	ns string
+	ns   string
+	host string // the node's end of the veth pair
 }
 
 func newPod(t testing.TB) *pod {
@@ -87,8 +88,8 @@ func newPod(t testing.TB) *pod {
 	prereq.Root(t, "makes network namespaces")
 	prereq.Commands(t, "iproute2", "ip")
 	id := os.Getpid() % 10000
-	p := &pod{ns: fmt.Sprintf("vmop-podnet-%d", id)}
-	host := fmt.Sprintf("vpn%dh", id)
+	p := &pod{ns: fmt.Sprintf("vmop-podnet-%d", id), host: fmt.Sprintf("vpn%dh", id)}
+	host := p.host
 	run(t, "ip", "netns", "add", p.ns)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.ns).Run() })
 	run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", p.ns)
@@ -134,7 +135,7 @@ func run(t testing.TB, args ...string) string {
 
 func TestSetup(t *testing.T) {
 	p := newPod(t)
-	o := Options{Net: netip.MustParsePrefix("10.0.2.0/24"), Reserved: []Port{{"TCP", 5900}}}
+	o := Options{Net: netip.MustParsePrefix("10.0.2.0/24"), Reserved: []Port{{"TCP", 5900}}, MAC: "52:54:00:70:6F:64"}
 	n, err := p.setup(t, o)
 	require.NoError(t, err)
 	require.Equal(t, "eth0", n.Uplink)
@@ -152,6 +153,10 @@ func TestSetup(t *testing.T) {
 	// The pod's own port first, untranslated; then everything else.
 	require.Regexp(t, `(?s)iifname "eth0" tcp dport 5900 accept.*iifname "eth0" meta l4proto tcp dnat to 10\.0\.2\.15.*iifname "eth0" meta l4proto udp dnat to 10\.0\.2\.15`, rules)
 	require.Regexp(t, `oifname "eth0" ip saddr 10\.0\.2\.0/24 masquerade`, rules)
+	guard := p.run(t, "nft", "list", "table", "netdev", table)
+	require.Contains(t, guard, `type filter hook ingress device "vmtap0" priority filter; policy drop;`)
+	require.Contains(t, guard, "ether saddr != 52:54:00:70:6f:64 drop")
+	require.Contains(t, guard, "ip saddr 10.0.2.15 accept")
 
 	t.Run("again, with listed ports, replaces the rules", func(t *testing.T) {
 		o.Ports = []Port{{"TCP", 22}, {"UDP", 53}}
@@ -162,6 +167,13 @@ func TestSetup(t *testing.T) {
 		require.Regexp(t, `udp dport 53 dnat to 10\.0\.2\.15`, rules)
 		require.NotRegexp(t, `l4proto tcp dnat`, rules)
 		require.Equal(t, 1, strings.Count(rules, "masquerade"), rules)
+		guard := p.run(t, "nft", "list", "table", "netdev", table)
+		require.Equal(t, 1, strings.Count(guard, "ip saddr 10.0.2.15 accept"), guard)
+	})
+
+	t.Run("a MAC that is not one is refused", func(t *testing.T) {
+		_, err := p.setup(t, Options{Net: o.Net, MAC: "52:54:00"})
+		require.ErrorContains(t, err, `the guest's MAC "52:54:00": not an Ethernet address`)
 	})
 
 	t.Run("a guest network that overlaps the pod's is refused", func(t *testing.T) {

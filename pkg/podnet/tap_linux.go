@@ -9,11 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// createTap makes the persistent tap device name (qemu opens it by name)
-// with the pod's address gw/bits on it, up, with the given MTU, and owned by
-// uid owner (and its group) unless 0. A tap that a previous runner of the
-// pod made is taken over.
-func createTap(name string, mtu int, gw netip.Addr, bits, owner int) error {
+// createTap makes the persistent tap device name (qemu opens it by name),
+// owned by uid owner (and its group) unless 0; configure brings it up. A
+// tap that a previous runner of the pod made is taken over.
+func createTap(name string, owner int) error {
 	f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("opening /dev/net/tun: %w (needs the tun device: the node agent, or a privileged runner)", err)
@@ -41,7 +40,7 @@ func createTap(name string, mtu int, gw netip.Addr, bits, owner int) error {
 	if err := unix.IoctlSetInt(int(f.Fd()), unix.TUNSETPERSIST, 1); err != nil {
 		return tapError("keeping the tap device "+name, err)
 	}
-	return configure(name, mtu, gw, bits)
+	return nil
 }
 
 // configure sets the address, MTU and up flag of interface name through

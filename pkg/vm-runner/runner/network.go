@@ -60,7 +60,7 @@ func (r *Runner) podNetOptions() (*podnet.Options, error) {
 	if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
 		return nil, errNotInPod
 	}
-	o := &podnet.Options{Ports: podnetPorts(n.Ports), Reserved: podnetPorts(r.config.VM.OwnPorts())}
+	o := &podnet.Options{Ports: podnetPorts(n.Ports), Reserved: podnetPorts(r.config.VM.OwnPorts()), MAC: n.MAC}
 	var err error
 	if o.Net, err = netip.ParsePrefix(n.Net); err != nil {
 		return nil, fmt.Errorf("pod network: net %q: %w", n.Net, err)

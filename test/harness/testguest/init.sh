@@ -151,6 +151,40 @@ online_cpus() {
 	fi
 }
 
+# "spoof IP DST MAC" (see Spoofing in spoof.go): the guest pings DST as
+# itself, then poses as another: from address IP, with IPv6 to every node
+# of its link, from MAC; then pings as itself again. Each has its own
+# size, so that a capture tells them apart. While it poses its router's
+# MAC is fixed, so that it sends its pings even if its ARP goes unanswered.
+spoof() {
+	ping -c 2 -w 3 -s 100 "$2"
+	gw=$(word_after via $(ip route show default))
+	router=$(word_after lladdr $(ip neigh show "$gw" dev eth0))
+	arp -i eth0 -s "$gw" "$router"
+	ip addr add "$1/32" dev eth0
+	ping -c 2 -w 3 -s 101 -I "$1" "$2"
+	ip addr del "$1/32" dev eth0
+	ping6 -c 2 -w 3 -I eth0 ff02::1
+	own=$(cat /sys/class/net/eth0/address)
+	ip link set eth0 address "$3"
+	# A new MAC flushes the neighbours.
+	arp -i eth0 -s "$gw" "$router"
+	ping -c 2 -w 3 -s 102 "$2"
+	ip link set eth0 address "$own"
+	arp -i eth0 -d "$gw"
+	ping -c 2 -w 3 -s 104 "$2"
+}
+
+# word_after W WORDS...: the word after W.
+word_after() {
+	w=$1
+	shift
+	while [ $# -gt 1 ]; do
+		[ "$1" = "$w" ] && echo "$2" && return
+		shift
+	done
+}
+
 # Serial console input: the line "ping X" typed on the console is answered
 # with "TESTGUEST PONG X", so that a test sees its input reach the guest.
 # (The tty echoes the line too, and turns the Enter key's CR into LF.)
@@ -159,6 +193,10 @@ while read -r line; do
 	line=${line%"$cr"}
 	case "$line" in
 	"ping "*) echo "TESTGUEST PONG ${line#ping }" ;;
+	"spoof "*)
+		spoof ${line#spoof } >/dev/null 2>&1 </dev/null
+		echo "TESTGUEST SPOOFED"
+		;;
 	esac
 done </dev/console &
 

@@ -165,6 +165,8 @@ var applets = []string{
 	"mkdir", "mount", "poweroff", "ps", "reboot", "sleep", "sync", "umount",
 	// The echo service (EchoPort), and its address by DHCP.
 	"ip", "nc", "udhcpc",
+	// Spoofing (spoof.go).
+	"arp", "ping", "ping6",
 	// The mouse's packets (Screen).
 	"od",
 }

@@ -3,7 +3,8 @@
 # the lease and prints it on the console for tests.
 case "$1" in
 bound | renew)
-	ip addr flush dev "$interface"
+	# IPv4 only: the link-local IPv6 address stays (Spoofing sends IPv6).
+	ip -4 addr flush dev "$interface"
 	ip addr add "$ip/$mask" dev "$interface"
 	[ -z "$mtu" ] || ip link set "$interface" mtu "$mtu"
 	[ -z "$router" ] || ip route add default via "${router%% *}" dev "$interface"
