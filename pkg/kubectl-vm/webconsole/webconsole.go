@@ -193,7 +193,8 @@ func (s *Server) authorized(r *http.Request) bool {
 	return false
 }
 
-// Listen listens on a free port of 127.0.0.1 and returns the page's URL.
+// Listen listens on a free port of 127.0.0.1 and returns the page's
+// one-time link.
 func (s *Server) Listen(ctx context.Context) (string, error) {
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
