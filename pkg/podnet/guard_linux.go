@@ -25,10 +25,7 @@ type guestRules struct {
 // add replaces the guard's table (the pod network's name, in the netdev
 // family) in c's batch. Its chain binds to the tap, which must exist.
 func (g guestRules) add(c *nftables.Conn) {
-	t := &nftables.Table{Name: table, Family: nftables.TableFamilyNetdev}
-	c.AddTable(t)
-	c.DelTable(t)
-	c.AddTable(t)
+	t := replaceTable(c, nftables.TableFamilyNetdev)
 	drop := nftables.ChainPolicyDrop
 	ch := c.AddChain(&nftables.Chain{Name: "guest", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookIngress, Priority: nftables.ChainPriorityFilter, Device: g.tap, Policy: &drop})

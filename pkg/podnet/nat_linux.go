@@ -36,13 +36,18 @@ func applyRules(r natRules, g guestRules) error {
 	return c.Flush()
 }
 
-// add replaces the NAT table in c's batch.
-func (r natRules) add(c *nftables.Conn) {
-	t := &nftables.Table{Name: table, Family: nftables.TableFamilyIPv4}
+// replaceTable empties the pod network's table of family f in c's batch.
+func replaceTable(c *nftables.Conn, f nftables.TableFamily) *nftables.Table {
+	t := &nftables.Table{Name: table, Family: f}
 	// Adding first makes the delete succeed on the first run too.
 	c.AddTable(t)
 	c.DelTable(t)
-	c.AddTable(t)
+	return c.AddTable(t)
+}
+
+// add replaces the NAT table in c's batch.
+func (r natRules) add(c *nftables.Conn) {
+	t := replaceTable(c, nftables.TableFamilyIPv4)
 	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
