@@ -167,7 +167,7 @@ func (a *Agent) trustContainer(c corev1.Container, volumes map[string]corev1.Vol
 		// An emptyDir may hold what another container left there.
 		if v := volumes[m.Name]; v.EmptyDir != nil && m.Name != nodeagent.Volume &&
 			(!shape.Scratch || path.Clean(m.MountPath) != runnerconfig.ImportScratchDir) {
-			return fmt.Errorf("mounts emptyDir %s at %s: only its socket's and (%s) %s may be", m.Name, m.MountPath, shape.Name, runnerconfig.ImportScratchDir)
+			return fmt.Errorf("mounts emptyDir %s at %s, where the %s vmop makes mounts none", m.Name, m.MountPath, shape.Name)
 		}
 	}
 	for _, d := range c.VolumeDevices {
