@@ -205,7 +205,15 @@ func testRunnerOwnVM(t *testing.T, admin *rest.Config, cs kubernetes.Interface) 
 			"apiVersion": "vmoperator.jdrupes.org/v1",
 			"kind":       "VirtualMachine",
 			"metadata":   map[string]any{"name": name},
-			"spec":       map[string]any{"vm": map[string]any{"state": "Running"}},
+			"spec": map[string]any{
+				"image": map[string]any{"source": "ghcr.io/vmop/vm-runner:v1"},
+				"vm": map[string]any{
+					"state":       "Running",
+					"maximumCpus": int64(4),
+					"currentCpus": int64(2),
+					"display":     map[string]any{"spice": map[string]any{"port": int64(5910)}},
+				},
+			},
 		}}
 		_, err := dyn.Resource(vmGVR).Namespace(vmNamespace).Create(ctx, vm, metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -289,6 +297,42 @@ func testRunnerOwnVM(t *testing.T, admin *rest.Config, cs kubernetes.Interface) 
 	require.Equal(t, "Stopped", state)
 	ram, _, _ := unstructured.NestedString(vm.Object, "status", "ram")
 	require.Equal(t, "1Gi", ram)
+
+	// Its own VM a runner may only stop: a qemu that a guest took over
+	// must not send the next console elsewhere, change the image, expose
+	// the VM, start it or scale it up.
+	const onlyStop = "vm-runner-own-vm: a VM's runner may only set spec.vm.state to Stopped on its VirtualMachine, changing nothing else, and scale its StatefulSet to 0"
+	vmPatch := func(pt types.PatchType, patch string) change { return change{vmGVR, pt, patch, ""} }
+	for what, c := range map[string]change{
+		"the display's server":     vmPatch(types.MergePatchType, `{"spec":{"vm":{"display":{"spice":{"server":"attacker.example"}}}}}`),
+		"stop and display's proxy": vmPatch(types.MergePatchType, `{"spec":{"vm":{"state":"Stopped","display":{"spice":{"proxyUrl":"https://attacker.example"}}}}}`),
+		"the image":                vmPatch(types.MergePatchType, `{"spec":{"image":{"source":"attacker.example/vm-runner:v1"}}}`),
+		"a load balancer":          vmPatch(types.MergePatchType, `{"spec":{"loadBalancerService":{}}}`),
+		"state Running":            vmPatch(types.MergePatchType, `{"spec":{"vm":{"state":"Running"}}}`),
+		"stop and more CPUs":       vmPatch(types.MergePatchType, `{"spec":{"vm":{"state":"Stopped","currentCpus":4}}}`),
+		"stop and no display":      vmPatch(types.JSONPatchType, `[{"op":"replace","path":"/spec/vm/state","value":"Stopped"},{"op":"remove","path":"/spec/vm/display"}]`),
+		"no image":                 vmPatch(types.JSONPatchType, `[{"op":"remove","path":"/spec/image"}]`),
+		"a label":                  vmPatch(types.MergePatchType, `{"metadata":{"labels":{"attacker":"yes"}}}`),
+		"an annotation":            vmPatch(types.MergePatchType, `{"metadata":{"annotations":{"attacker":"yes"}}}`),
+		"a finalizer":              vmPatch(types.MergePatchType, `{"metadata":{"finalizers":["attacker.example/keep"]}}`),
+		"scale to 50":              {stsGVR, types.MergePatchType, `{"spec":{"replicas":50}}`, "scale"},
+		"scale to 1":               {stsGVR, types.MergePatchType, `{"spec":{"replicas":1}}`, "scale"},
+	} {
+		err := apply(runner, "vm-a", c)
+		require.True(t, apierrors.IsForbidden(err), "%s of its own VM: %v", what, err)
+		require.ErrorContains(t, err, onlyStop, what)
+	}
+	after, err := dyn.Resource(vmGVR).Namespace(vmNamespace).Get(ctx, "vm-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, vm.Object["spec"], after.Object["spec"])
+	require.Equal(t, vm.GetLabels(), after.GetLabels())
+	require.Equal(t, vm.GetAnnotations(), after.GetAnnotations())
+	require.Empty(t, after.GetFinalizers())
+	sts, err := cs.AppsV1().StatefulSets(vmNamespace).Get(ctx, "vm-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.EqualValues(t, 0, *sts.Spec.Replicas)
+	// Stopping a stopped VM changes nothing, and is fine.
+	require.NoError(t, apply(runner, "vm-a", changes["stop"]))
 
 	testRunnerOwnEvents(t, rcs, unbound)
 }
