@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/utils/ptr"
 )
 
@@ -38,6 +39,7 @@ var (
 	deploymentGVR = appsv1.SchemeGroupVersion.WithResource("deployments")
 	daemonSetGVR  = appsv1.SchemeGroupVersion.WithResource("daemonsets")
 	pvcGVR        = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+	namespaceGVR  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 )
 
 // Cluster applies and deletes installed objects, writing one line per
@@ -85,10 +87,35 @@ func Connect(config *rest.Config, mapper meta.RESTMapper, out io.Writer) (*Clust
 // After a CRD it waits until the CRD is established, so that what follows
 // may use it.
 func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured) error {
+	keep := map[*unstructured.Unstructured]bool{}
+	for _, o := range objs {
+		if o.GetKind() != "Namespace" {
+			continue
+		}
+		ns, err := c.client.Resource(namespaceGVR).Get(ctx, o.GetName(), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || err == nil && IsOwn(ns):
+		case err != nil:
+			return objectError("get", "namespace/"+o.GetName(), err)
+		case ns.GetLabels()[psaapi.EnforceLevelLabel] == string(psaapi.LevelPrivileged):
+			keep[o] = true
+		default:
+			// Its label would let anyone who may create pods there run
+			// them privileged.
+			return fmt.Errorf("namespace %[1]s exists and is not vmop's: kubectl vm install does not label it %[2]s=%[3]s, "+
+				"which the node agent needs; label it so yourself (kubectl label namespace %[1]s %[2]s=%[3]s --overwrite) "+
+				"if it may hold privileged pods, or install into a namespace of vmop's own",
+				o.GetName(), psaapi.EnforceLevelLabel, psaapi.LevelPrivileged)
+		}
+	}
 	for _, o := range objs {
 		ref, ri, err := c.resource(o)
 		if err != nil {
 			return err
+		}
+		if keep[o] {
+			fmt.Fprintf(c.out, "%s kept: it is not vmop's, and admits privileged pods already\n", ref)
+			continue
 		}
 		data, err := json.Marshal(o.Object)
 		if err != nil {
@@ -229,7 +256,8 @@ func (c *Cluster) poll(ctx context.Context, ref string, what func() string, done
 
 // Delete deletes objs in reverse order, so that the operator stops before
 // what it needs goes. Objects that are not there are fine. A namespace
-// that holds PersistentVolumeClaims is kept: deleting it would delete
+// that install did not create (not labelled as vmop's) is kept, and so
+// is one that holds PersistentVolumeClaims: deleting it would delete
 // them, and they hold VM disks. So is one that holds the operator's
 // Deployment when objs do not (the node agent's alone are deleted).
 func (c *Cluster) Delete(ctx context.Context, objs []*unstructured.Unstructured) error {
@@ -247,6 +275,17 @@ func (c *Cluster) Delete(ctx context.Context, objs []*unstructured.Unstructured)
 			return err
 		}
 		if o.GetKind() == "Namespace" {
+			ns, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				fmt.Fprintf(c.out, "%s not found\n", ref)
+				continue
+			case err != nil:
+				return objectError("get", ref, err)
+			case !IsOwn(ns):
+				fmt.Fprintf(c.out, "%s kept: it is not vmop's\n", ref)
+				continue
+			}
 			pvcs, err := c.client.Resource(pvcGVR).Namespace(o.GetName()).List(ctx, metav1.ListOptions{Limit: 1})
 			if err != nil {
 				return objectError("list PersistentVolumeClaims in", ref, err)

@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -146,6 +147,17 @@ func runnerRepositories(opts Options) []string {
 	return out
 }
 
+// IsOwn tells whether o carries the labels of what install applies, e.g.
+// a namespace that install created (rather than one it was given).
+func IsOwn(o *unstructured.Unstructured) bool {
+	for k, v := range labels {
+		if o.GetLabels()[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
 // IsNodeAgent tells whether o is one of the node agent's objects.
 func IsNodeAgent(o *unstructured.Unstructured) bool {
 	return o.GetLabels()[componentLabel] == NodeAgentComponent
@@ -273,8 +285,46 @@ func place(o *unstructured.Unstructured, opts Options) error {
 		}, "spec", "template", "spec", "containers")
 	case "DaemonSet":
 		return placeNodeAgent(o, opts)
+	case "ValidatingAdmissionPolicy":
+		if IsNodeAgent(o) {
+			return forEach(o, func(v map[string]any) {
+				if v["name"] == "repositories" {
+					v["expression"] = celList(imageSpellings(runnerRepositories(opts)))
+				}
+			}, "spec", "variables")
+		}
 	}
 	return nil
+}
+
+// imageSpellings are the ways an image reference may spell each of repos:
+// Docker Hub's repositories have several (docker.io/library/x is x).
+func imageSpellings(repos []string) []string {
+	var out []string
+	for _, r := range repos {
+		out = append(out, r)
+		n, err := name.NewRepository(r, name.StrictValidation)
+		if err != nil || n.RegistryStr() != name.DefaultRegistry {
+			continue
+		}
+		path := n.RepositoryStr()
+		for _, s := range []string{path, "docker.io/" + path, name.DefaultRegistry + "/" + path, strings.TrimPrefix(path, "library/")} {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// celList is a CEL list of strings; ss need no escapes beyond Go's
+// quoting of printable ASCII, which CEL reads the same.
+func celList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 // kubeletPodsVolume is the node agent's volume of the kubelet's pods/.

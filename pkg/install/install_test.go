@@ -40,8 +40,12 @@ func TestObjectsInApplyOrder(t *testing.T) {
 		"RoleBinding/vm-operator-leader-election",
 		"ClusterRole/vm-runner",
 		"ClusterRole/vm-user",
+		"ValidatingAdmissionPolicy/vm-user",
+		"ValidatingAdmissionPolicyBinding/vm-user",
 		"ValidatingAdmissionPolicy/vm-runner-own-vm",
 		"ValidatingAdmissionPolicyBinding/vm-runner-own-vm",
+		"ValidatingAdmissionPolicy/vm-node-devices",
+		"ValidatingAdmissionPolicyBinding/vm-node-devices",
 		"ServiceAccount/vm-node",
 		"ClusterRole/vm-node",
 		"ClusterRoleBinding/vm-node",
@@ -54,11 +58,11 @@ func TestObjectsInApplyOrder(t *testing.T) {
 		require.Equal(t, "vmop", o.GetLabels()["app.kubernetes.io/part-of"], o.GetName())
 		if install.IsNodeAgent(o) {
 			require.Equal(t, "node-agent", o.GetLabels()["app.kubernetes.io/component"])
-			require.Equal(t, install.NodeAgentName, o.GetName())
+			require.Contains(t, []string{install.NodeAgentName, "vm-node-devices"}, o.GetName())
 			agent++
 		}
 	}
-	require.Equal(t, 4, agent, "the node agent's ServiceAccount, ClusterRole(Binding) and DaemonSet")
+	require.Equal(t, 6, agent, "the node agent's admission policy and binding, ServiceAccount, ClusterRole(Binding) and DaemonSet")
 }
 
 // TestNodeAgentOnly: the namespace and the node agent, no CRD, operator,
@@ -68,6 +72,8 @@ func TestNodeAgentOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{
 		"Namespace/agent",
+		"ValidatingAdmissionPolicy/vm-node-devices",
+		"ValidatingAdmissionPolicyBinding/vm-node-devices",
 		"ServiceAccount/vm-node",
 		"ClusterRole/vm-node",
 		"ClusterRoleBinding/vm-node",
@@ -181,6 +187,20 @@ func TestNodeAgentRunnerRepositories(t *testing.T) {
 			"docker.io/me/vm-runner",
 		},
 	}))
+
+	// The admission policy of the agent's devices knows the same ones, in
+	// each spelling of an image reference.
+	policies := 0
+	for _, o := range must(install.Objects(install.Options{RunnerRepositories: []string{"docker.io/me/vm-runner", "docker.io/library/vm-runner"}})) {
+		if o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() == "vm-node-devices" {
+			policies++
+			vars, _, _ := unstructured.NestedSlice(o.Object, "spec", "variables")
+			require.Equal(t, map[string]any{"name": "repositories", "expression": `["ghcr.io/vmop/vm-runner", ` +
+				`"docker.io/me/vm-runner", "me/vm-runner", "index.docker.io/me/vm-runner", ` +
+				`"docker.io/library/vm-runner", "library/vm-runner", "index.docker.io/library/vm-runner", "vm-runner"]`}, vars[0])
+		}
+	}
+	require.Equal(t, 1, policies)
 }
 
 func TestValidateRunnerRepository(t *testing.T) {

@@ -72,10 +72,17 @@ cluster-admin-like rights.
 Installed, in this order: the CRD; the namespace (-n, default ` + install.DefaultNamespace + `);
 the operator's ServiceAccount, ClusterRole and ClusterRoleBinding and its
 leader-election Role and RoleBinding; the ClusterRole ` + install.RunnerClusterRole + ` that the
-operator binds for the VMs' runner pods; the admission policy
-vm-runner-own-vm that lets a runner change only its own VM; the node
-agent's ServiceAccount, ClusterRole and ClusterRoleBinding and its
-DaemonSet ` + install.NodeAgentName + `; the Deployment ` + install.OperatorName + `.
+operator binds for the VMs' runner pods; the ClusterRole ` + install.UserClusterRole + ` for people who
+run VMs and the admission policy ` + install.UserClusterRole + ` that keeps their exec to
+vm-runner; the admission policy vm-runner-own-vm that lets a runner only
+stop its own VM; the admission policy vm-node-devices that keeps the node
+agent's devices to VM pods; the node agent's ServiceAccount, ClusterRole
+and ClusterRoleBinding and its DaemonSet ` + install.NodeAgentName + `; the Deployment ` + install.OperatorName + `.
+
+The namespace is created with the label
+pod-security.kubernetes.io/enforce=privileged, which the node agent needs.
+A namespace that exists and that install did not create is not
+relabelled: install refuses unless it enforces privileged already.
 
 The node agent is vmop's one privileged part, on every node: it gives VM
 pods their devices (the resource devices.vmop.io/vm) and sets up their

@@ -63,10 +63,10 @@ func TestDryRun(t *testing.T) {
 	require.Empty(t, r.Stderr)
 	golden.Assert(t, filepath.Join("testdata", "install", "dry-run.yaml"), []byte(r.Stdout))
 	objs := docs(t, r.Stdout)
-	require.Len(t, objs, 16)
+	require.Len(t, objs, 20)
 	require.Equal(t, "CustomResourceDefinition", objs[0]["kind"])
-	require.Equal(t, "DaemonSet", objs[14]["kind"])
-	require.Equal(t, "Deployment", objs[15]["kind"])
+	require.Equal(t, "DaemonSet", objs[18]["kind"])
+	require.Equal(t, "Deployment", objs[19]["kind"])
 
 	// -n moves everything; nothing else changes.
 	other := run(t, "install", "--dry-run", "--image", testImage, "-n", "vmop")
@@ -140,11 +140,14 @@ func TestDryRunRunnerRepositories(t *testing.T) {
 		"--runner-repository=registry.example.com/me/vm-runner",
 		"--runner-repository=localhost:5000/vm-runner",
 	}, c["args"])
-	// Only the agent's arguments change.
+	// Only the agent's arguments change, and the repositories of the
+	// admission policy of its devices.
 	plain := run(t, "install", "--dry-run", "--image", testImage)
 	require.NoError(t, plain.Err)
-	require.Equal(t, plain.Stdout, strings.Replace(r.Stdout,
-		"        - --runner-repository=registry.example.com/me/vm-runner\n        - --runner-repository=localhost:5000/vm-runner\n", "", 1))
+	require.Equal(t, plain.Stdout, strings.NewReplacer(
+		"        - --runner-repository=registry.example.com/me/vm-runner\n        - --runner-repository=localhost:5000/vm-runner\n", "",
+		`'["ghcr.io/vmop/vm-runner", "registry.example.com/me/vm-runner", "localhost:5000/vm-runner"]'`, `'["ghcr.io/vmop/vm-runner"]'`,
+	).Replace(r.Stdout))
 
 	r = run(t, "install", "--dry-run", "--node-agent-only", "--image-registry", "mirror.example:5000/vmop",
 		"--runner-repository", "mirror.example:5000/vmop/vm-runner", "--runner-repository", "ghcr.io/vmop/vm-runner",
@@ -175,6 +178,8 @@ func TestDryRunNodeAgentOnly(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"Namespace/vmop-agent",
+		"ValidatingAdmissionPolicy/vm-node-devices",
+		"ValidatingAdmissionPolicyBinding/vm-node-devices",
 		"ServiceAccount/vm-node",
 		"ClusterRole/vm-node",
 		"ClusterRoleBinding/vm-node",
@@ -268,8 +273,12 @@ var applied = []string{
 	"rolebinding.rbac.authorization.k8s.io/vm-operator-leader-election",
 	"clusterrole.rbac.authorization.k8s.io/vm-runner",
 	"clusterrole.rbac.authorization.k8s.io/vm-user",
+	"validatingadmissionpolicy.admissionregistration.k8s.io/vm-user",
+	"validatingadmissionpolicybinding.admissionregistration.k8s.io/vm-user",
 	"validatingadmissionpolicy.admissionregistration.k8s.io/vm-runner-own-vm",
 	"validatingadmissionpolicybinding.admissionregistration.k8s.io/vm-runner-own-vm",
+	"validatingadmissionpolicy.admissionregistration.k8s.io/vm-node-devices",
+	"validatingadmissionpolicybinding.admissionregistration.k8s.io/vm-node-devices",
 	"serviceaccount/vm-node",
 	"clusterrole.rbac.authorization.k8s.io/vm-node",
 	"clusterrolebinding.rbac.authorization.k8s.io/vm-node",
@@ -290,7 +299,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 	// Someone without rights learns which object was refused and why.
 	r := run(t, append(kubectl, "--as", "someone", "install")...)
 	require.Error(t, r.Err)
-	require.Regexp(t, `^apply customresourcedefinition.apiextensions.k8s.io/vms.vmoperator.jdrupes.org: .*forbidden: User "someone" cannot patch .*: this needs cluster-admin-like rights`, r.Err.Error())
+	require.Regexp(t, `^get namespace/vmop-system: .*forbidden: User "someone" cannot get resource "namespaces" .*: this needs cluster-admin-like rights`, r.Err.Error())
 
 	for range 2 { // the second run changes nothing and succeeds as well
 		r := run(t, append(kubectl, "install", "--image", testImage)...)
@@ -362,6 +371,8 @@ func TestInstallOnAPIServer(t *testing.T) {
 	r = run(t, append(kubectl, "install", "--node-agent-only", "--wait")...)
 	require.NoError(t, r.Err)
 	require.Equal(t, "namespace/vmop-system serverside-applied\n"+
+		"validatingadmissionpolicy.admissionregistration.k8s.io/vm-node-devices serverside-applied\n"+
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/vm-node-devices serverside-applied\n"+
 		"serviceaccount/vm-node serverside-applied\n"+
 		"clusterrole.rbac.authorization.k8s.io/vm-node serverside-applied\n"+
 		"clusterrolebinding.rbac.authorization.k8s.io/vm-node serverside-applied\n"+

@@ -46,15 +46,15 @@ func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 		Short: "Remove vm-operator and the node agent from the cluster",
 		Long: `Remove what "install" put into the cluster, in reverse order: the
 Deployment ` + install.OperatorName + `, the node agent's DaemonSet ` + install.NodeAgentName + `, the admission
-policy, the ClusterRoles, Roles and their bindings, the ServiceAccounts,
-and the namespace (-n, default ` + install.DefaultNamespace + `). Objects that are not there
-are skipped. What the operator made for VMs stays, e.g. the ServiceAccount
+policies, the ClusterRoles, Roles and their bindings, the ServiceAccounts,
+and the namespace (-n, default ` + install.DefaultNamespace + `) if install created it. Objects
+that are not there are skipped. What the operator made for VMs stays, e.g. the ServiceAccount
 and RoleBinding ` + install.RunnerRoleBinding + ` in each VM namespace.
 
 With --node-agent-only only what "install --node-agent-only" installs
-goes: the node agent's DaemonSet, ClusterRoleBinding, ClusterRole and
-ServiceAccount, and the namespace unless the operator's Deployment is in
-it. Running VMs keep running; VM pods that start afterwards wait for a
+goes: the node agent's DaemonSet, ClusterRoleBinding, ClusterRole,
+ServiceAccount and admission policy, and the namespace unless the
+operator's Deployment is in it. Running VMs keep running; VM pods that start afterwards wait for a
 node with the agent.
 
 The CRD stays, and with it every VirtualMachine, unless --delete-crd is

@@ -61,7 +61,9 @@ func TestHelp(t *testing.T) {
 const agentDeleted = "daemonset.apps/vm-node deleted\n" +
 	"clusterrolebinding.rbac.authorization.k8s.io/vm-node deleted\n" +
 	"clusterrole.rbac.authorization.k8s.io/vm-node deleted\n" +
-	"serviceaccount/vm-node deleted\n"
+	"serviceaccount/vm-node deleted\n" +
+	"validatingadmissionpolicybinding.admissionregistration.k8s.io/vm-node-devices deleted\n" +
+	"validatingadmissionpolicy.admissionregistration.k8s.io/vm-node-devices deleted\n"
 
 var (
 	vmGVR  = schema.GroupVersionResource{Group: "vmoperator.jdrupes.org", Version: "v1", Resource: "vms"}
