@@ -88,7 +88,8 @@ func echo(t *testing.T, addr, line string) {
 // reached at the pod's IP like any pod: from the node, through a Service
 // that kubectl vm expose makes (kube-proxy on the node), from another pod
 // (at the pod's IP and the Service's), and through kubectl vm
-// port-forward; the pod keeps its SPICE port.
+// port-forward; the pod keeps its SPICE port; what the guest sends as
+// another pod or MAC, or over IPv6, does not leave the pod.
 func TestNetworkPod(t *testing.T) {
 	const ns, vm = "podnet", "web"
 	// The lease: the guest's address, the pod's side as its router, the
@@ -163,6 +164,8 @@ func TestNetworkPod(t *testing.T) {
 		out = kubectl(t, "", "vm", "list", "-n", ns, "-o", "wide")
 		require.Regexp(t, regexp.MustCompile(`(?m)^`+vm+`\s.*\s`+regexp.QuoteMeta(podIP)+`\s*$`), out)
 	})
+
+	t.Run("a guest that poses as another sends nothing out", func(t *testing.T) { spoofing(t, ns, vm, podIP) })
 }
 
 // TestNetworkBridge: the test guest on a bridge of the node (a tap
