@@ -14,8 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/spicetest"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -96,7 +96,16 @@ func requireLocked(t *testing.T, ns, vm string) {
 	pod, err := node.Client.CoreV1().Pods(ns).Get(t.Context(), vm+"-0", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.NotEmpty(t, pod.Status.PodIP)
-	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(v1.DefaultSpicePort))
+	var port int32
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if c.Name == render.ContainerRunner && p.Name == render.PortSpice {
+				port = p.ContainerPort
+			}
+		}
+	}
+	require.NotZero(t, port, "the runner's SPICE port")
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
 	for _, password := range []string{"", "guess"} {
 		ok, err := spicetest.Login(t.Context(), addr, password)
 		require.NoError(t, err, "SPICE at the pod's address %s", addr)
