@@ -7,6 +7,7 @@ import (
 	"image"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/console"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/test/harness/debianguest"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/xscreen"
@@ -73,7 +75,13 @@ func TestDebianUEFI(t *testing.T) {
 		// The journal tells why when it is not.
 		g.waitSh(time.Minute, "systemctl is-active spice-vdagentd || { journalctl -b --no-pager -o short-precise -u spice-vdagentd -u spice-vdagentd.socket; ls -l /dev/virtio-ports; }", "active")
 		display := xscreen.Start(t)
-		viewer := exec.Command(console.Viewer, fmt.Sprintf("spice://127.0.0.1:%d", g.spicePort))
+		// The display is locked: a password through the runner's socket,
+		// as kubectl vm console hands it over, and a connection file.
+		password := rand.Text()
+		require.NoError(t, runner.SetDisplayPassword(t.Context(), g.config, password, "+120"))
+		vv := filepath.Join(g.dir, "uefi.vv")
+		require.NoError(t, os.WriteFile(vv, fmt.Appendf(nil, "[virt-viewer]\ntype=spice\nhost=127.0.0.1\nport=%d\npassword=%s\n", g.spicePort, password), 0o600))
+		viewer := exec.Command(console.Viewer, vv)
 		viewer.Env = append(os.Environ(), xscreen.Env(display)...)
 		viewer.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(t, viewer.Start())
