@@ -50,7 +50,7 @@ func TestFaults(t *testing.T) {
 		const vm = "badimage"
 		addGuestDisk(t, ns, vm)
 		// A registry on loopback that refuses: nothing leaves the machine.
-		manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "spec:\n", "spec:\n  image:\n    source: 127.0.0.1:1/vmop/vm-runner:none\n", 1)
+		manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "spec:\n", "spec:\n  image:\n    source: "+unpullableRepository+":none\n", 1)
 		kubectl(t, manifest, "apply", "-f", "-")
 		// --wait shows why it does not get on, and gives up at its timeout.
 		out, _, err := kubectlResult(t.Context(), "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "40s")

@@ -91,10 +91,22 @@ func run(m *testing.M) int {
 
 // installNodeAgent installs vmop's node agent alone, as for GitOps, and
 // waits until the node offers its device resource: every VM pod needs it.
+// unpullableRepository is a runner repository on a loopback registry
+// that refuses: TestFaults' image that cannot be pulled is of a repository
+// the agent trusts, else admission refuses its pod before any pull.
+const unpullableRepository = "127.0.0.1:1/vmop/vm-runner"
+
+// installArgs are the arguments of every kubectl vm install here, more
+// last: each install sets the repositories the agent trusts anew.
+func installArgs(more ...string) []string {
+	return append([]string{"vm", "install", "--wait", "--timeout", "3m", "--kubelet-root-dir", node.KubeletRootDir(),
+		"--runner-repository", unpullableRepository}, more...)
+}
+
 func installNodeAgent() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	out, err := kubectlCmd(ctx, "vm", "install", "--node-agent-only", "--wait", "--timeout", "3m", "--kubelet-root-dir", node.KubeletRootDir()).CombinedOutput()
+	out, err := kubectlCmd(ctx, installArgs("--node-agent-only")...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kubectl vm install --node-agent-only: %w\n%s", err, out)
 	}
@@ -206,7 +218,7 @@ func runWorkloads(t *testing.T, ns string, workloads ...string) {
 // root directory is not the default.
 func installVmop(t testing.TB, args ...string) {
 	t.Helper()
-	kubectl(t, "", append([]string{"vm", "install", "--wait", "--timeout", "3m", "--kubelet-root-dir", node.KubeletRootDir()}, args...)...)
+	kubectl(t, "", installArgs(args...)...)
 }
 
 // createNamespace makes a namespace for one journey, where Pod Security
