@@ -23,17 +23,9 @@ func Connect(ctx context.Context, configFile string, port int, in io.Reader, out
 	if port < 1 || port > 65535 {
 		return fmt.Errorf("port %d: must be a number from 1 to 65535", port)
 	}
-	client, sock, err := probeClient(configFile)
+	resp, sock, err := askRunner(ctx, configFile, http.MethodPost, "/connect?port="+strconv.Itoa(port), nil)
 	if err != nil {
 		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://runner/connect?port="+strconv.Itoa(port), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("no runner answers on %s (is the VM running?): %w", sock, err)
 	}
 	// Closing the body ends the request, and with it the runner's forward.
 	defer resp.Body.Close()

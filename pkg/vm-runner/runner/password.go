@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,21 +80,13 @@ func (r *Runner) servePassword(w http.ResponseWriter, req *http.Request) {
 // runner of the VM configured in configFile (vm-runner display-password),
 // which sets it at once.
 func SetDisplayPassword(ctx context.Context, configFile, password, expiry string) error {
-	client, sock, err := probeClient(configFile)
-	if err != nil {
-		return err
-	}
 	body, err := json.Marshal(passwordRequest{Password: password, Expiry: expiry})
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://runner/display-password", strings.NewReader(string(body)))
+	resp, _, err := askRunner(ctx, configFile, http.MethodPost, "/display-password", bytes.NewReader(body))
 	if err != nil {
 		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("no runner answers on %s (is the VM running?): %w", sock, err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))

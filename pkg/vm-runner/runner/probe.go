@@ -46,17 +46,9 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 // Probe asks the runner of the VM configured in configFile whether its VM
 // runs: the readiness check of the pod (vm-runner probe).
 func Probe(ctx context.Context, configFile string) error {
-	client, sock, err := probeClient(configFile)
+	resp, _, err := askRunner(ctx, configFile, http.MethodGet, "/readyz", nil)
 	if err != nil {
 		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://runner/readyz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("no runner answers on %s: %w", sock, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -66,20 +58,30 @@ func Probe(ctx context.Context, configFile string) error {
 	return nil
 }
 
-// probeClient is an HTTP client of the runner of the VM configured in
-// configFile, and its socket. One connection per request: a request to
-// /connect lasts as long as its connection.
-func probeClient(configFile string) (*http.Client, string, error) {
+// askRunner sends a request for path to the runner of the VM configured
+// in configFile, over its socket (returned too, for errors). One
+// connection per request: a request to /connect lasts as long as its
+// connection, which closing the answer's body ends.
+func askRunner(ctx context.Context, configFile, method, path string, body io.Reader) (*http.Response, string, error) {
 	c, err := runnerconfig.Load(configFile)
 	if err != nil {
 		return nil, "", err
 	}
 	sock := probeSocket(RuntimeDir(c))
-	return &http.Client{Transport: &http.Transport{
+	client := &http.Client{Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		},
-	}}, sock, nil
+	}}
+	req, err := http.NewRequestWithContext(ctx, method, "http://runner"+path, body)
+	if err != nil {
+		return nil, sock, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, sock, fmt.Errorf("no runner answers on %s (is the VM running?): %w", sock, err)
+	}
+	return resp, sock, nil
 }
