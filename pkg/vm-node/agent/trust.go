@@ -63,12 +63,13 @@ func (a *Agent) trustPod(pod *corev1.Pod) error {
 	if v, ok := volumes[nodeagent.Volume]; ok && v.EmptyDir == nil {
 		return refuse("volume %s of pod %s/%s is not an emptyDir", v.Name, pod.Namespace, pod.Name)
 	}
-	asking := map[string]bool{}
+	// asking: the image the spec names, of each container that may ask.
+	asking := map[string]string{}
 	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		if !mounts(c, nodeagent.Volume) {
 			continue
 		}
-		asking[c.Name] = true
+		asking[c.Name] = c.Image
 		if err := a.trustContainer(c, volumes); err != nil {
 			return refuse("container %s of pod %s/%s %s", c.Name, pod.Namespace, pod.Name, err)
 		}
@@ -77,7 +78,7 @@ func (a *Agent) trustPod(pod *corev1.Pod) error {
 		return refuse("no container of pod %s/%s mounts volume %s", pod.Namespace, pod.Name, nodeagent.Volume)
 	}
 	for _, e := range pod.Spec.EphemeralContainers {
-		if asking[e.TargetContainerName] || mounts(corev1.Container(e.EphemeralContainerCommon), nodeagent.Volume) {
+		if _, target := asking[e.TargetContainerName]; target || mounts(corev1.Container(e.EphemeralContainerCommon), nodeagent.Volume) {
 			return refuse("ephemeral container %s of pod %s/%s reaches the processes or the socket of a container the agent serves", e.Name, pod.Namespace, pod.Name)
 		}
 	}
@@ -89,13 +90,10 @@ func (a *Agent) trustPod(pod *corev1.Pod) error {
 // container runs the image before until the kubelet restarts it. Each
 // one that runs must run an image of a trusted repository, and the very
 // digest its spec names, if it names one.
-func (a *Agent) trustImages(pod *corev1.Pod, asking map[string]bool) error {
-	spec := map[string]string{}
-	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		spec[c.Name] = c.Image
-	}
+func (a *Agent) trustImages(pod *corev1.Pod, asking map[string]string) error {
 	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
-		if !asking[s.Name] || s.State.Running == nil {
+		image, ok := asking[s.Name]
+		if !ok || s.State.Running == nil {
 			continue
 		}
 		// The image as the runtime names it; an image ID alone
@@ -116,8 +114,8 @@ func (a *Agent) trustImages(pod *corev1.Pod, asking map[string]bool) error {
 		if !a.trusted[running.Context().Name()] {
 			return refuse("container %s of pod %s/%s runs image %s, not a vmop runner image the node agent trusts", s.Name, pod.Namespace, pod.Name, id)
 		}
-		if want, err := name.NewDigest(spec[s.Name]); err == nil && want.DigestStr() != running.DigestStr() {
-			return refuse("container %s of pod %s/%s runs image %s, not %s", s.Name, pod.Namespace, pod.Name, id, spec[s.Name])
+		if want, err := name.NewDigest(image); err == nil && want.DigestStr() != running.DigestStr() {
+			return refuse("container %s of pod %s/%s runs image %s, not %s", s.Name, pod.Namespace, pod.Name, id, image)
 		}
 	}
 	return nil
