@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the SPICE HTML5 client from the npm registry into
-# third_party/spice-html5, unmodified, for kubectl vm console --browser to
-# embed. Its files stay apart from vmop's: it is LGPL-3.0-or-later, and its
+# third_party/spice-html5 for kubectl vm console --browser to embed, and
+# applies vmop's fixes (third_party/spice-html5/patches, each says why). Its files stay apart from vmop's: it is LGPL-3.0-or-later, and its
 # licence goes with it. Left out: the ES module loader for browsers without
 # modules, the sample pages and the packaging files.
 set -euo pipefail
@@ -19,8 +19,11 @@ if [ "$got" != "$integrity" ]; then
 	exit 1
 fi
 tar -xzf "$tgz" -C "$tmp"
-find "$dest" -mindepth 1 ! -name embed.go -delete 2>/dev/null || true
+find "$dest" -mindepth 1 -maxdepth 1 ! -name embed.go ! -name '*_test.go' ! -name patches -exec rm -rf {} + 2>/dev/null || true
 mkdir -p "$dest"
 cd "$tmp/package"
 cp --parents COPYING COPYING.LESSER README package.json "$dest/"
 find src -name '*.js' ! -path '*/browser-es-module-loader/*' -exec cp --parents {} "$dest/" \;
+for p in "$dest"/patches/*.patch; do
+	patch -s -p1 -d "$dest" <"$p"
+done

@@ -1,7 +1,7 @@
 // Package spicehtml5 embeds the SPICE HTML5 client (spice-html5 0.2.1 from
 // the npm registry, LGPL-3.0-or-later) for kubectl vm console --browser.
-// Every other file of this directory is the upstream package's, unmodified;
-// hack/vendor-spice-html5.sh copies them.
+// Every other file of this directory is the upstream package's with the
+// fixes of patches/ applied; hack/vendor-spice-html5.sh copies and patches.
 package spicehtml5
 
 import "embed"

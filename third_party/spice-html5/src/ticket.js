@@ -247,7 +247,8 @@ function rsa_encrypt(rsa, str)
     var bigint = new BigInteger(ba);
     var enc = rsa.doPublic(bigint);
     var h = enc.toString(16);
-    if ((h.length & 1) != 0)
+    /* The ciphertext is as long as the key: keep its leading zeros. */
+    while (h.length < 2 * ((rsa.n.bitLength()+7)>>3))
         h = "0" + h;
     for (i = 0; i < h.length; i += 2)
         ret[i / 2] = parseInt(h.substring(i, i + 2), 16);
