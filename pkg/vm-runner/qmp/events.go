@@ -28,6 +28,10 @@ const (
 	EventVserportChange = "VSERPORT_CHANGE"
 	// EventACPIDeviceOST: the guest's ACPI _OST answer to a hot-(un)plug; see ACPIDeviceOSTData.
 	EventACPIDeviceOST = "ACPI_DEVICE_OST"
+	// EventBlockIOError: a disk's read or write failed; with the drive's
+	// werror/rerror=stop, qemu paused the guest (action "stop"). Data:
+	// node-name, operation, action, nospace (ENOSPC), reason.
+	EventBlockIOError = "BLOCK_IO_ERROR"
 )
 
 // ShutdownData is the Data of SHUTDOWN and RESET.

@@ -40,13 +40,16 @@ import (
 const FieldManager = "vm-runner"
 
 // Reasons of the conditions the runner writes (v1.ConditionBooted,
-// v1.ConditionMediaLoaded). Running, Ready and RestartRequired are the
+// v1.ConditionMediaLoaded, v1.ConditionPaused). Running, Ready and RestartRequired are the
 // operator's, which sees the pod; the guest agent only the runner sees.
 const (
 	ReasonGuestAgentConnected    = "GuestAgentConnected"
 	ReasonGuestAgentNotConnected = "GuestAgentNotConnected"
 
 	ReasonMediaLoaded     = "MediaLoaded"
+	ReasonNotPaused       = "NotPaused"
+	ReasonDiskFull        = runner.ReasonDiskFull
+	ReasonDiskError       = runner.ReasonDiskError
 	ReasonMediumFailed    = runner.ReasonMediumUnavailable
 	ReasonMediumWaitsTray = runner.ReasonWaitingForTray
 )
@@ -539,7 +542,7 @@ func (r *Reporter) conditionList(s runner.Status) []any {
 	booted := cond(v1.ConditionBooted, s.Booted, ReasonGuestAgentConnected, "The guest agent is connected.",
 		ReasonGuestAgentNotConnected, "The guest agent is not connected.")
 	var list []any
-	for _, c := range []metav1.Condition{booted, mediaCondition(s.CDProblems)} {
+	for _, c := range []metav1.Condition{booted, mediaCondition(s.CDProblems), pausedCondition(s.DiskPause)} {
 		list = append(list, r.conditionObject(c, r.generation, r.conditions))
 	}
 	return list
@@ -582,6 +585,19 @@ func mediaCondition(ps []runner.CDProblem) metav1.Condition {
 	return metav1.Condition{Type: v1.ConditionMediaLoaded, Status: metav1.ConditionFalse, Reason: reason, Message: strings.Join(msgs, "; ") + "."}
 }
 
+// pausedCondition says which disk holds the guest paused and what to do.
+func pausedCondition(p *runner.DiskPause) metav1.Condition {
+	if p == nil {
+		return metav1.Condition{Type: v1.ConditionPaused, Status: metav1.ConditionFalse, Reason: ReasonNotPaused,
+			Message: "No disk error holds the guest paused."}
+	}
+	reason := ReasonDiskError
+	if p.NoSpace {
+		reason = ReasonDiskFull
+	}
+	return metav1.Condition{Type: v1.ConditionPaused, Status: metav1.ConditionTrue, Reason: reason, Message: p.String() + "."}
+}
+
 func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string) metav1.Condition {
 	if on {
 		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: trueReason, Message: trueMsg}
@@ -594,5 +610,6 @@ func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string
 func sameStatus(a, b runner.Status) bool {
 	return a.Booted == b.Booted && a.CPUs == b.CPUs && a.RAM == b.RAM && a.Accelerator == b.Accelerator &&
 		a.ConsoleClient == b.ConsoleClient && a.DisplayPasswordSerial == b.DisplayPasswordSerial &&
-		reflect.DeepEqual(a.Guest, b.Guest) && slices.Equal(a.CDProblems, b.CDProblems)
+		reflect.DeepEqual(a.Guest, b.Guest) && slices.Equal(a.CDProblems, b.CDProblems) &&
+		reflect.DeepEqual(a.DiskPause, b.DiskPause)
 }

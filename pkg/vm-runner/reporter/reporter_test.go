@@ -96,8 +96,26 @@ func TestReporter(t *testing.T) {
 		require.Equal(t, ReasonGuestAgentNotConnected, booted.Reason)
 		require.Equal(t, gen, booted.ObservedGeneration)
 		require.Equal(t, metav1.ConditionTrue, condition(t, st, v1.ConditionMediaLoaded).Status)
+		require.Equal(t, ReasonNotPaused, condition(t, st, v1.ConditionPaused).Reason)
 		// Running and RestartRequired are the operator's conditions.
-		require.Len(t, st.Conditions, 2)
+		require.Len(t, st.Conditions, 3)
+
+		// A full disk pauses the guest: the condition names the disk by
+		// its field and says what to do; the resume clears it.
+		full := &runner.DiskPause{Drive: "disk1", Index: 2, NoSpace: true, Err: "No space left on device"}
+		r.Report(ctx, runner.Status{Running: true, CPUs: 2, RAM: 4 * gib, DiskPause: full})
+		st = e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool {
+			return condition(t, st, v1.ConditionPaused).Status == metav1.ConditionTrue
+		})
+		paused := condition(t, st, v1.ConditionPaused)
+		require.Equal(t, ReasonDiskFull, paused.Reason)
+		require.Contains(t, paused.Message, "disk disk1 (spec.vm.disks[2]) is full (No space left on device)")
+		require.Contains(t, paused.Message, "free space on its volume or grow its claim")
+		r.Report(ctx, runner.Status{Running: true, CPUs: 2, RAM: 4 * gib, Accelerator: "tcg", ConsoleClient: "192.168.1.20",
+			DisplayPasswordSerial: 3, RestartRequired: []string{"maximumCpus", "firmware"}})
+		e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool {
+			return condition(t, st, v1.ConditionPaused).Status == metav1.ConditionFalse
+		})
 
 		// The runner's fields belong to its field manager, on the status.
 		var owned bool
@@ -264,7 +282,7 @@ func TestReporter(t *testing.T) {
 		st = e.waitStatus(t, "default", "shared", func(st *v1.VirtualMachineStatus) bool { return st.CPUs == 2 })
 		require.Equal(t, metav1.ConditionFalse, condition(t, st, "Ready").Status)
 		require.Equal(t, "node-1", st.Node)
-		require.Len(t, st.Conditions, 3) // Ready, Booted, MediaLoaded
+		require.Len(t, st.Conditions, 4) // Ready, Booted, MediaLoaded, Paused
 	})
 
 	t.Run("a missing VirtualMachine is looked up rarely and nothing is written", func(t *testing.T) {

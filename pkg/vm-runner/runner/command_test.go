@@ -146,3 +146,29 @@ func TestPodNetworkCommand(t *testing.T) {
 	require.Contains(t, cmd, "-netdev tap,id=net0,ifname=vmtap0,script=no,downscript=no -device virtio-net,netdev=net0,mac=52:54:00:70:6f:64 ")
 	require.True(t, strings.HasSuffix(cmd, "-netdev user,id=net1 -device virtio-net,netdev=net1"), cmd)
 }
+
+// TestDisksKeepWhatTheGuestFlushed: every disk of every example honours
+// the guest's flushes (no cache.no-flush, the cache mode "unsafe") and
+// pauses the guest on an I/O error (a full volume) rather than failing
+// its writes: what the guest fsynced survives a crash of the node, and a
+// full volume loses nothing (docs/operator.md).
+func TestDisksKeepWhatTheGuestFlushed(t *testing.T) {
+	tmpl, err := LoadTemplate("")
+	require.NoError(t, err)
+	for name, c := range exampleConfigs(t) {
+		m := NewMachine(&c.VM, "00000000-0000-4000-8000-000000000001", true, Firmware{}, "/run/vmrunner",
+			func(p string) bool { return strings.HasPrefix(p, "/dev/") })
+		args, err := tmpl.Args(m)
+		require.NoError(t, err)
+		disks := 0
+		for _, a := range args {
+			require.NotContains(t, a, "no-flush", "%s: %s", name, a)
+			require.NotContains(t, a, "unsafe", "%s: %s", name, a)
+			if strings.HasPrefix(a, "virtio-blk-pci,drive=disk") {
+				disks++
+				require.Contains(t, a, ",werror=stop,rerror=stop", "%s: %s", name, a)
+			}
+		}
+		require.Len(t, m.Disks, disks, "%s: a virtio-blk device per disk", name)
+	}
+}

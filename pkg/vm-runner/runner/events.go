@@ -72,6 +72,14 @@ const (
 	// ReasonQemuExited (Warning): qemu ended without a guest shutdown;
 	// the message has how and qemu's last words.
 	ReasonQemuExited = "QemuExited"
+	// ReasonDiskFull (warning): a disk's volume is full; qemu paused the
+	// guest rather than fail its writes.
+	ReasonDiskFull = "DiskFull"
+	// ReasonDiskError (warning): a disk's read or write failed otherwise;
+	// qemu paused the guest.
+	ReasonDiskError = "DiskError"
+	// ReasonDiskResumed: the guest paused on a disk's error goes on.
+	ReasonDiskResumed = "DiskResumed"
 )
 
 // The actions of the runner's events.
@@ -85,6 +93,8 @@ const (
 	actionShutdown     = "Shutdown"
 	actionStop         = "Stop"
 	actionExit         = "Exit"
+	actionPause        = "Pause"
+	actionResume       = "Resume"
 )
 
 // event passes e on when the Reporter takes events.

@@ -64,6 +64,9 @@ type fakeQemu struct {
 	drives  map[string]*fakeDrive
 	ignores bool // the guest ignores the ACPI power button
 	quitErr bool // quit fails
+	// full: disk0's volume is full; a cont retries its write, which fails
+	// again.
+	full bool
 }
 
 type fakeDrive struct {
@@ -144,7 +147,14 @@ func (q *fakeQemu) handle(c *qmptest.Conn, cmd qmptest.Command) {
 		return d
 	}
 	switch cmd.Execute {
-	case "cont", "stop", "set_password", "expire_password":
+	case "cont":
+		c.Return(struct{}{})
+		if q.full {
+			q.diskFull(c)
+		}
+	case "query-status":
+		c.Return(qmp.StatusInfo{Running: !q.full, Status: map[bool]string{true: "io-error", false: "running"}[q.full]})
+	case "stop", "set_password", "expire_password":
 		c.Return(struct{}{})
 	case "system_reset":
 		c.Return(struct{}{})
@@ -341,6 +351,24 @@ func (q *fakeQemu) plugged() int {
 
 // ignoreACPI makes the guest ignore the power button; quitFails makes quit
 // fail.
+// diskFull pauses the guest on a write of disk0 to a full volume, as qemu
+// does with werror=stop.
+func (q *fakeQemu) diskFull(c *qmptest.Conn) {
+	c.Event(qmp.EventBlockIOError, map[string]any{"device": "", "node-name": "disk0", "operation": "write",
+		"action": "stop", "nospace": true, "reason": "No space left on device"})
+	c.Event(qmp.EventStop, nil)
+}
+
+// fill fills disk0's volume, and the guest writes; free makes room.
+func (q *fakeQemu) fill() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.full = true
+	q.diskFull(q.srv.Conn())
+}
+
+func (q *fakeQemu) free() { q.mu.Lock(); q.full = false; q.mu.Unlock() }
+
 func (q *fakeQemu) ignoreACPI() { q.mu.Lock(); q.ignores = true; q.mu.Unlock() }
 func (q *fakeQemu) quitFails()  { q.mu.Lock(); q.quitErr = true; q.mu.Unlock() }
 

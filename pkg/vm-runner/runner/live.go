@@ -36,6 +36,9 @@ type liveState struct {
 	password, secretPassword []byte
 	secretExpiry             string
 	secretRead               bool
+	// diskErrors counts qemu's BLOCK_IO_ERRORs, so that a retry can tell
+	// whether its request failed again.
+	diskErrors int
 	// openWarned: the Secret's password of a display that runs without
 	// one was reported.
 	openWarned     bool
@@ -476,6 +479,8 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 			}
 			r.report(ctx)
 		}
+	case qmp.EventBlockIOError:
+		r.diskIOError(ctx, ev)
 	case qmp.EventSpiceInitialized:
 		client, _ := ev.Data["client"].(map[string]any)
 		if ct, _ := client["channel-type"].(float64); ct != qmp.SpiceChannelMain {

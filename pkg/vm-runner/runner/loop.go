@@ -56,14 +56,16 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 	reload.Stop()
 
 	var (
-		sigterm                = ctx.Done()
-		stopping               bool
-		stopStarted            time.Time
-		stopTimer, killTimer   <-chan time.Time
-		acpiLater              <-chan time.Time
-		cdRetryC               <-chan time.Time // armed while a CD change waits for the guest's tray
-		guestShutdown, forced  bool
-		stopTimerT, killTimerT *time.Timer
+		sigterm                 = ctx.Done()
+		stopping                bool
+		stopStarted             time.Time
+		stopTimer, killTimer    <-chan time.Time
+		acpiLater               <-chan time.Time
+		cdRetryC                <-chan time.Time // armed while a CD change waits for the guest's tray
+		diskRetryC, diskSettleC <-chan time.Time // armed while the guest is paused on a disk's error
+		diskErrors              int              // at the last retry
+		guestShutdown, forced   bool
+		stopTimerT, killTimerT  *time.Timer
 	)
 	armStop := func() {
 		if stopTimerT != nil {
@@ -77,6 +79,9 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 	for {
 		if cdRetryC == nil && len(r.live.pendingCDs) > 0 && !stopping {
 			cdRetryC = time.After(cdRetry)
+		}
+		if diskRetryC == nil && diskSettleC == nil && r.status.DiskPause != nil {
+			diskRetryC = time.After(r.diskRetry)
 		}
 		select {
 		case <-sigterm:
@@ -140,6 +145,13 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 			if !stopping {
 				r.live.retryCDs(bg)
 			}
+		case <-diskRetryC:
+			diskRetryC = nil
+			diskErrors = r.retryDisk(bg)
+			diskSettleC = time.After(r.diskSettle)
+		case <-diskSettleC:
+			diskSettleC = nil
+			r.diskSettled(bg, diskErrors)
 		case a := <-r.guest.answers:
 			if !r.live.agentConnected {
 				continue

@@ -86,6 +86,8 @@ type Runner struct {
 	// address; nil without one.
 	podNet *podnet.Network
 	podMAC string
+	// diskRetry and diskSettle are the constants' values but in tests.
+	diskRetry, diskSettle time.Duration
 }
 
 // New loads the config. An invalid config is an *ExitError with
@@ -119,6 +121,7 @@ func New(opts Options) (*Runner, error) {
 		configDir: filepath.Dir(opts.ConfigFile),
 		config:    c,
 		passwords: make(chan passwordRequest),
+		diskRetry: diskRetry, diskSettle: diskSettle,
 	}
 	r.dataDir, r.runtimeDir = DataDir(c), RuntimeDir(c)
 	return r, nil

@@ -26,6 +26,9 @@ type Status struct {
 	// CDProblems are the CD drives that do not hold the medium the config
 	// names, in drive order.
 	CDProblems []CDProblem
+	// DiskPause is set while qemu holds the guest paused on a disk's I/O
+	// error.
+	DiskPause *DiskPause
 }
 
 // CDProblem is a CD drive without the medium the config names: it could

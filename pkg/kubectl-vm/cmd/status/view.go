@@ -156,11 +156,14 @@ func (v *View) State() v1.VMState {
 // explanation: the operator's Running condition, or in GitOps mode what
 // the operator would report for the pod.
 // A VM that fails shows the failure's reason instead, as kubectl get pods
-// shows CrashLoopBackOff.
+// shows CrashLoopBackOff; one whose guest a disk's error paused, Paused.
 func (v *View) Phase() (phase, message string) {
 	if v.Mode == vmclient.ModeOperator {
 		if c := v.Condition(v1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
 			return c.Reason, c.Message
+		}
+		if c := v.Condition(v1.ConditionPaused); c != nil && c.Status == metav1.ConditionTrue {
+			return "Paused", c.Message
 		}
 		if c := v.Condition(v1.ConditionRunning); c != nil {
 			return c.Reason, c.Message
