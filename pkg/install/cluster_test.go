@@ -87,6 +87,8 @@ func TestOnAPIServer(t *testing.T) {
 			{true, ra("create", "", "secrets", "", "any")},
 			{true, ra("get", "", "secrets", "", "kube-system")}, // cluster-wide by design
 			{true, ra("delete", "", "services", "", "any")},
+			{true, ra("watch", "policy", "poddisruptionbudgets", "", "any")},
+			{true, ra("delete", "policy", "poddisruptionbudgets", "", "any")},
 			{true, ra("watch", "", "pods", "", "any")},
 			{true, ra("patch", "", "pods", "", "any")}, // the annotation that makes the kubelet refresh a pod's config
 			{true, ra("create", "", "events", "", "any")},

@@ -31,6 +31,7 @@ func FuzzRender(f *testing.F) {
 		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec: {vm: {disks: [{}, {cdrom: {image: x}, volumeClaimTemplate: {}}]}}\n",
 		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a}\nspec: {cloudInit: {userData: 5, metaData: [], networkConfig: null}, vm: {}}\n",
 		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nspec: null\n---\n- a\n---\n: :\n",
+		"apiVersion: vmoperator.jdrupes.org/v1\nkind: VirtualMachine\nmetadata: {name: a, annotations: {vmoperator.jdrupes.org/drain: wait}}\nspec: {vm: {}}\n",
 		// Hostile input: a BOM and CRLF, a duplicate key, invalid UTF-8,
 		// UTF-16, a billion laughs and nesting beyond yaml.v2's limit.
 		"\ufeffapiVersion: vmoperator.jdrupes.org/v1\r\nkind: VirtualMachine\r\nmetadata: {name: a}\r\nspec:\r\n  vm: {}\r\n",

@@ -17,6 +17,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,7 +61,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "16"
+const Version = "17"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -105,13 +106,15 @@ type Options struct {
 	ImageRegistry string
 }
 
-// Objects are the objects one VM renders to. Secret and Service are nil
-// when the VM has no cloud-init data or no load balancer.
+// Objects are the objects one VM renders to. Secret, Service and
+// DisruptionBudget are nil when the VM has no cloud-init data, no load
+// balancer or no drain: wait annotation.
 type Objects struct {
-	StatefulSet *appsv1.StatefulSet
-	ConfigMap   *corev1.ConfigMap
-	Secret      *corev1.Secret
-	Service     *corev1.Service
+	StatefulSet      *appsv1.StatefulSet
+	ConfigMap        *corev1.ConfigMap
+	Secret           *corev1.Secret
+	Service          *corev1.Service
+	DisruptionBudget *policyv1.PodDisruptionBudget
 	// Warnings tell what the VM asks for that it does not get as written
 	// (ignored fields, RAM rounded up to a MiB).
 	Warnings []string
@@ -127,6 +130,9 @@ func (o *Objects) List() []runtime.Object {
 	out = append(out, o.StatefulSet)
 	if o.Service != nil {
 		out = append(out, o.Service)
+	}
+	if o.DisruptionBudget != nil {
+		out = append(out, o.DisruptionBudget)
 	}
 	return out
 }
@@ -176,6 +182,8 @@ type annotations struct {
 	resetCounter int64
 	// displayWithoutPassword opts out of the locked display.
 	displayWithoutPassword bool
+	// drainWaits: a drain of the VM's node waits for a person.
+	drainWaits bool
 }
 
 // prepare defaults and validates vm, which it may change, and returns what
@@ -192,6 +200,9 @@ func prepare(vm *v1.VirtualMachine, opts Options) (annotations, error) {
 		errs = append(errs, err)
 	}
 	if a.displayWithoutPassword, err = vm.DisplayWithoutPassword(); err != nil {
+		errs = append(errs, err)
+	}
+	if a.drainWaits, err = vm.DrainWaits(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -219,7 +230,8 @@ func (r *renderer) render() (*Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs := &Objects{ConfigMap: cm, Secret: secret, StatefulSet: r.statefulSet(secret, restartHash), Service: r.service(), Warnings: r.warnings()}
+	objs := &Objects{ConfigMap: cm, Secret: secret, StatefulSet: r.statefulSet(secret, restartHash), Service: r.service(),
+		DisruptionBudget: r.disruptionBudget(), Warnings: r.warnings()}
 	stsHash, err := r.specHash(templateSpec)
 	if err != nil {
 		return nil, err
@@ -234,14 +246,27 @@ func (r *renderer) render() (*Objects, error) {
 		setHash(secret, hashOf(parts...))
 	}
 	if objs.Service != nil {
-		// Rare and small: hash the object itself.
-		b, err := json.Marshal(objs.Service)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", r.vm.Name, err)
+		if err := r.hashItself(objs.Service); err != nil {
+			return nil, err
 		}
-		setHash(objs.Service, hashOf(b))
+	}
+	if objs.DisruptionBudget != nil {
+		if err := r.hashItself(objs.DisruptionBudget); err != nil {
+			return nil, err
+		}
 	}
 	return objs, nil
+}
+
+// hashItself sets the hash of an object that is rare and small: of the
+// object itself.
+func (r *renderer) hashItself(o metav1.Object) error {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.vm.Name, err)
+	}
+	setHash(o, hashOf(b))
+	return nil
 }
 
 func setHash(o metav1.Object, hash string) {
@@ -860,6 +885,22 @@ func (r *renderer) service() *corev1.Service {
 				Name: PortSpice, Port: port, Protocol: corev1.ProtocolTCP,
 				TargetPort: intstr.FromString(PortSpice),
 			}},
+		},
+	}
+}
+
+// disruptionBudget, for a VM whose drain waits, allows no eviction of the
+// VM's pod: a drain of its node stops there until a person stops the VM.
+func (r *renderer) disruptionBudget() *policyv1.PodDisruptionBudget {
+	if !r.annotations.drainWaits {
+		return nil
+	}
+	return &policyv1.PodDisruptionBudget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: r.meta(r.vm.Name),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			Selector:       &metav1.LabelSelector{MatchLabels: SelectorLabels(r.vm.Name)},
 		},
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
@@ -216,6 +218,29 @@ func TestListOrder(t *testing.T) {
 		kinds = append(kinds, o.GetObjectKind().GroupVersionKind().Kind)
 	}
 	require.Equal(t, []string{"ConfigMap", "Secret", "StatefulSet", "Service"}, kinds)
+}
+
+// TestDrainWait: the drain annotation adds a PodDisruptionBudget that
+// allows no eviction of the VM's pod, last, and changes no other object,
+// so that setting it neither rewrites nor restarts a running VM.
+func TestDrainWait(t *testing.T) {
+	vm, err := v1.DecodeJSON(mustJSON(t, hashBase))
+	require.NoError(t, err)
+	before, err := render.Render(vm, render.Options{})
+	require.NoError(t, err)
+	require.Nil(t, before.DisruptionBudget)
+
+	vm.Annotations = map[string]string{v1.AnnotationDrain: v1.DrainWait}
+	after, err := render.Render(vm, render.Options{})
+	require.NoError(t, err)
+	pdb := after.DisruptionBudget
+	require.NotNil(t, pdb)
+	require.Equal(t, []runtime.Object{after.ConfigMap, after.Secret, after.StatefulSet, after.Service, pdb}, after.List())
+	require.Equal(t, before.List(), after.List()[:4])
+	require.Equal(t, render.Labels(vm.Name), pdb.Labels)
+	require.Equal(t, after.StatefulSet.Spec.Selector, pdb.Spec.Selector, "the VM's pod and only it")
+	require.Equal(t, intstr.FromInt32(0), *pdb.Spec.MaxUnavailable)
+	require.NotEmpty(t, pdb.Annotations[render.AnnotationHash])
 }
 
 // TestFilesystemDisk: a disk PVC with volumeMode Filesystem cannot be a

@@ -57,3 +57,28 @@ func (vm *VirtualMachine) DisplayWithoutPassword() (bool, *field.Error) {
 	}
 	return b, nil
 }
+
+// AnnotationDrain on a VirtualMachine says what a drain of its node does
+// to it. DrainWait makes the drain wait for a person, who stops the VM;
+// without it (or with "") the drain shuts the VM down.
+//
+// An annotation, as AnnotationResetCounter, so that VM-Operator's CRD
+// accepts the VM unchanged.
+const AnnotationDrain = Group + "/drain"
+
+// DrainWait is the value of AnnotationDrain that makes a drain wait.
+const DrainWait = "wait"
+
+// DrainWaits tells whether a drain of the VM's node waits for a person; an
+// error with its field path when the annotation's value is neither
+// DrainWait nor "".
+func (vm *VirtualMachine) DrainWaits() (bool, *field.Error) {
+	switch s := vm.Annotations[AnnotationDrain]; s {
+	case "":
+		return false, nil
+	case DrainWait:
+		return true, nil
+	default:
+		return false, field.Invalid(field.NewPath("metadata", "annotations").Key(AnnotationDrain), s, `must be "`+DrainWait+`" or ""`)
+	}
+}

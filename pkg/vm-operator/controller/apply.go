@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -82,6 +83,8 @@ func (c *Controller) cached(kind, ns, name string) (metav1.Object, error) {
 		obj, err = nilIfAbsent(s.secrets.Secrets(ns).Get(name))
 	case "Service":
 		obj, err = nilIfAbsent(s.services.Services(ns).Get(name))
+	case "PodDisruptionBudget":
+		obj, err = nilIfAbsent(s.budgets.PodDisruptionBudgets(ns).Get(name))
 	default:
 		return nil, fmt.Errorf("no cache for kind %s", kind)
 	}
@@ -120,12 +123,14 @@ func (c *Controller) patch(ctx context.Context, obj runtime.Object, body []byte)
 		return c.kube.CoreV1().Secrets(ns).Patch(ctx, name, types.ApplyPatchType, body, opts)
 	case *corev1.Service:
 		return c.kube.CoreV1().Services(ns).Patch(ctx, name, types.ApplyPatchType, body, opts)
+	case *policyv1.PodDisruptionBudget:
+		return c.kube.PolicyV1().PodDisruptionBudgets(ns).Patch(ctx, name, types.ApplyPatchType, body, opts)
 	}
 	return nil, fmt.Errorf("cannot apply %T", obj)
 }
 
-// deleteStale removes the optional objects (cloud-init Secret, Service)
-// that the VM had but no longer renders. Only objects it owns are touched.
+// deleteStale removes the optional objects (cloud-init Secret, Service,
+// PodDisruptionBudget) that the VM had but no longer renders. Only objects it owns are touched.
 func (c *Controller) deleteStale(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects, w *writes) error {
 	ns := vm.Namespace
 	type stale struct {
@@ -136,6 +141,7 @@ func (c *Controller) deleteStale(ctx context.Context, vm *v1.VirtualMachine, obj
 	for _, s := range []stale{
 		{"Secret", render.CloudInitSecretName(vm.Name), objs.Secret != nil, c.kube.CoreV1().Secrets(ns).Delete},
 		{"Service", vm.Name, objs.Service != nil, c.kube.CoreV1().Services(ns).Delete},
+		{"PodDisruptionBudget", vm.Name, objs.DisruptionBudget != nil, c.kube.PolicyV1().PodDisruptionBudgets(ns).Delete},
 	} {
 		if s.wanted {
 			continue

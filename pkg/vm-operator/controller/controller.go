@@ -20,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -105,6 +107,7 @@ type scope struct {
 	configMaps   corelisters.ConfigMapLister
 	secrets      corelisters.SecretLister
 	services     corelisters.ServiceLister
+	budgets      policylisters.PodDisruptionBudgetLister
 	pods         corelisters.PodLister
 }
 
@@ -165,6 +168,7 @@ func (c *Controller) watch(kube kubernetes.Interface, dyn dynamic.Interface, ns 
 		configMaps:   kf.Core().V1().ConfigMaps().Lister(),
 		secrets:      kf.Core().V1().Secrets().Lister(),
 		services:     kf.Core().V1().Services().Lister(),
+		budgets:      kf.Policy().V1().PodDisruptionBudgets().Lister(),
 		pods:         kf.Core().V1().Pods().Lister(),
 	}
 	vmHandler := cache.ResourceEventHandlerFuncs{
@@ -183,6 +187,7 @@ func (c *Controller) watch(kube kubernetes.Interface, dyn dynamic.Interface, ns 
 		kf.Core().V1().ConfigMaps().Informer(),
 		kf.Core().V1().Secrets().Informer(),
 		kf.Core().V1().Services().Informer(),
+		kf.Policy().V1().PodDisruptionBudgets().Informer(),
 		kf.Core().V1().Pods().Informer(),
 	}
 	for i, inf := range informersToSync {
@@ -223,6 +228,8 @@ func trim(obj any) (any, error) {
 		o.Data, o.StringData = nil, nil
 	case *corev1.Service:
 		o.Spec, o.Status = corev1.ServiceSpec{}, corev1.ServiceStatus{}
+	case *policyv1.PodDisruptionBudget:
+		o.Spec, o.Status = policyv1.PodDisruptionBudgetSpec{}, policyv1.PodDisruptionBudgetStatus{}
 	case *corev1.Pod:
 		// The status and the node tell how the VM runs; the claims, what
 		// an unscheduled pod waits for (vmstatus.WaitingClaims).

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,6 +138,8 @@ func (f *fixture) newController() *Controller {
 			add(kf.Core().V1().Secrets().Informer(), obj)
 		case *corev1.Service:
 			add(kf.Core().V1().Services().Informer(), obj)
+		case *policyv1.PodDisruptionBudget:
+			add(kf.Policy().V1().PodDisruptionBudgets().Informer(), obj)
 		case *corev1.Pod:
 			add(kf.Core().V1().Pods().Informer(), obj)
 		default:
@@ -441,6 +444,33 @@ func TestReconcileDeletesWhatIsNoLongerRendered(t *testing.T) {
 	_, err = f.kube.CoreV1().Services("ns").Get(t.Context(), "vm", metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err), "%v", err)
 	require.Contains(t, f.recorded(), "Normal Deleted Deleted Service vm")
+}
+
+// TestReconcileDrainWait: the drain annotation makes the operator apply
+// the VM's PodDisruptionBudget, and its removal delete it.
+func TestReconcileDrainWait(t *testing.T) {
+	f := newFixture(t)
+	waits := newVM("vm", map[string]any{"state": "Running"})
+	waits.SetAnnotations(map[string]string{v1.AnnotationDrain: v1.DrainWait})
+	f.addVM(waits)
+	c := f.newController()
+	_, err := f.run(c, "vm")
+	require.NoError(t, err)
+	require.Contains(t, f.actions(), "patch poddisruptionbudgets vm")
+	pdb, err := f.kube.PolicyV1().PodDisruptionBudgets("ns").Get(t.Context(), "vm", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "vm", pdb.OwnerReferences[0].Name)
+
+	f = newFixture(t)
+	objs := f.rendered(waits)
+	objs.DisruptionBudget.UID = "uid-pdb"
+	f.addCached(objs.StatefulSet, objs.ConfigMap, objs.DisruptionBudget)
+	f.addVM(newVM("vm", map[string]any{"state": "Running"}))
+	c = f.newController()
+	_, err = f.run(c, "vm")
+	require.NoError(t, err)
+	require.Contains(t, f.actions(), "delete poddisruptionbudgets vm")
+	require.Contains(t, f.recorded(), "Normal Deleted Deleted PodDisruptionBudget vm")
 }
 
 func TestReconcileDeletedVM(t *testing.T) {
