@@ -81,6 +81,8 @@ func TestUserOnAPIServer(t *testing.T) {
 	}{
 		{true, ra("create", "vmoperator.jdrupes.org", "vms", "", vmNamespace)},
 		{true, ra("create", "", "pods", "exec", vmNamespace)},
+		{true, ra("list", "policy", "poddisruptionbudgets", "", vmNamespace)},
+		{false, ra("create", "policy", "poddisruptionbudgets", "", vmNamespace)},
 		{false, ra("get", "", "secrets", "", vmNamespace)},
 		{false, ra("list", "", "secrets", "", vmNamespace)},
 		{false, ra("watch", "", "secrets", "", vmNamespace)},

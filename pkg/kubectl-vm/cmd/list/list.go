@@ -38,12 +38,17 @@ const example = `  # The VMs of the current namespace
   %[1]s ls -A -o wide
 
   # The VirtualMachines (and StatefulSets of VMs in GitOps mode) as JSON
-  %[1]s list -n lab -o json`
+  %[1]s list -n lab -o json
+
+  # Before draining node-1: its VMs and what the drain does to each
+  %[1]s list -A --node node-1`
 
 // Options are the options of the list command.
 type Options struct {
 	AllNamespaces bool
 	Output        string
+	// Node keeps only the VMs whose pod runs there.
+	Node string
 
 	configFlags *genericclioptions.ConfigFlags
 	client      *vmclient.Client
@@ -77,6 +82,16 @@ SPICE client. -o wide adds MODE (operator or gitops), READY (the Ready condition
 runs the VM, or it is stopped as its spec says) and IP (the guest's first
 address, from its agent).
 
+--node NODE lists only the VMs whose pod runs on NODE, with DRAIN: what
+kubectl drain NODE does to each. "shuts down, back after uncordon": a disk
+lives on the node (a local or hostPath volume, or one whose node affinity
+names the host), so the VM starts again once the node is uncordoned;
+"shuts down, starts on another node": its disks are network storage;
+"waits for you (drain: wait)": the VM's annotation
+vmoperator.jdrupes.org/drain: wait keeps the drain from evicting its pod
+until you stop the VM (kubectl vm stop). --node reads the claims' volumes,
+which takes the right to get persistentvolumes.
+
 -o yaml and -o json print a v1 List of the VirtualMachines and, for VMs in
 GitOps mode, their StatefulSets.`,
 		Example:           fmt.Sprintf(example, name),
@@ -94,6 +109,7 @@ GitOps mode, their StatefulSets.`,
 	}
 	cmd.Flags().BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "list the VMs of all namespaces")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: "+strings.Join(outputs, ", ")+" (default: a table)")
+	cmd.Flags().StringVar(&o.Node, "node", "", "only the VMs whose pod runs on this node, with what a drain of it does to each")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
@@ -119,15 +135,25 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var drains map[string]string
+	if o.Node != "" {
+		if vms, drains, err = o.onNode(ctx, vms); err != nil {
+			return err
+		}
+	}
 	if o.Output == manifest.FormatYAML || o.Output == manifest.FormatJSON {
 		return o.printList(vms)
 	}
 	if len(vms) == 0 {
 		// As kubectl get says it, on stderr so that scripts see no rows.
+		where := ""
+		if o.Node != "" {
+			where = " on node " + o.Node
+		}
 		if o.AllNamespaces {
-			fmt.Fprintln(o.ErrOut, "No VMs found.")
+			fmt.Fprintf(o.ErrOut, "No VMs found%s.\n", where)
 		} else {
-			fmt.Fprintf(o.ErrOut, "No VMs found in %s namespace.\n", o.client.Namespace)
+			fmt.Fprintf(o.ErrOut, "No VMs found%s in %s namespace.\n", where, o.client.Namespace)
 		}
 		return nil
 	}
@@ -135,7 +161,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.printTable(views)
+	return o.printTable(views, drains)
 }
 
 // views finds the pods and ConfigMaps of the VMs in GitOps mode, with one
@@ -179,11 +205,15 @@ func (o *Options) views(ctx context.Context, vms []*vmclient.VM) ([]*status.View
 	return views, nil
 }
 
-func (o *Options) printTable(views []*status.View) error {
+// printTable writes the views; drains, by VM key, adds the DRAIN column.
+func (o *Options) printTable(views []*status.View, drains map[string]string) error {
 	w := printers.GetNewTabWriter(o.Out)
 	header := []string{"NAME", "STATE", "STATUS", "CPUS", "RAM", "NODE", "CONSOLE", "AGE"}
 	if o.AllNamespaces {
 		header = append([]string{"NAMESPACE"}, header...)
+	}
+	if drains != nil {
+		header = append(header, "DRAIN")
 	}
 	if o.Output == outputWide {
 		header = append(header, "MODE", "READY", "IP")
@@ -200,6 +230,9 @@ func (o *Options) printTable(views []*status.View) error {
 			cmp.Or(v.Node(), "<none>"), cmp.Or(v.ConsoleClient(), "<none>"), status.Age(o.now(), v.Created())}
 		if o.AllNamespaces {
 			row = append([]string{v.Namespace}, row...)
+		}
+		if drains != nil {
+			row = append(row, drains[v.Namespace+"/"+v.Name])
 		}
 		if o.Output == outputWide {
 			row = append(row, string(v.Mode), v.Ready(), cmp.Or(v.IP(), "<none>"))
