@@ -27,9 +27,10 @@ const (
 	// the spec names; a medium that cannot be opened leaves its drive
 	// empty and the VM running.
 	ConditionMediaLoaded = "MediaLoaded"
-	// ConditionPaused is True while qemu holds the guest paused on a
-	// disk's I/O error (a full volume): the guest sees no error, and goes
-	// on once the disk takes its I/O again.
+	// ConditionPaused is True while qemu holds the guest paused: on a
+	// disk's I/O error (a full volume: the guest sees no error, and goes
+	// on once the disk takes its I/O again), or after its kernel panicked
+	// (until a reset).
 	ConditionPaused = "Paused"
 	// ConditionImported tells how the disks that name a source image were
 	// filled: while it goes (False, Importing, with bytes done and total),

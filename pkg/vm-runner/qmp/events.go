@@ -32,6 +32,9 @@ const (
 	// werror/rerror=stop, qemu paused the guest (action "stop"). Data:
 	// node-name, operation, action, nospace (ENOSPC), reason.
 	EventBlockIOError = "BLOCK_IO_ERROR"
+	// EventGuestPanicked: the guest's kernel panicked (pvpanic); with
+	// -action panic=pause, qemu holds the guest paused.
+	EventGuestPanicked = "GUEST_PANICKED"
 )
 
 // ShutdownData is the Data of SHUTDOWN and RESET.

@@ -50,6 +50,7 @@ const (
 	ReasonNotPaused       = "NotPaused"
 	ReasonDiskFull        = runner.ReasonDiskFull
 	ReasonDiskError       = runner.ReasonDiskError
+	ReasonGuestPanicked   = runner.ReasonGuestPanicked
 	ReasonMediumFailed    = runner.ReasonMediumUnavailable
 	ReasonMediumWaitsTray = runner.ReasonWaitingForTray
 )
@@ -542,7 +543,7 @@ func (r *Reporter) conditionList(s runner.Status) []any {
 	booted := cond(v1.ConditionBooted, s.Booted, ReasonGuestAgentConnected, "The guest agent is connected.",
 		ReasonGuestAgentNotConnected, "The guest agent is not connected.")
 	var list []any
-	for _, c := range []metav1.Condition{booted, mediaCondition(s.CDProblems), pausedCondition(s.DiskPause)} {
+	for _, c := range []metav1.Condition{booted, mediaCondition(s.CDProblems), pausedCondition(s)} {
 		list = append(list, r.conditionObject(c, r.generation, r.conditions))
 	}
 	return list
@@ -585,8 +586,13 @@ func mediaCondition(ps []runner.CDProblem) metav1.Condition {
 	return metav1.Condition{Type: v1.ConditionMediaLoaded, Status: metav1.ConditionFalse, Reason: reason, Message: strings.Join(msgs, "; ") + "."}
 }
 
-// pausedCondition says which disk holds the guest paused and what to do.
-func pausedCondition(p *runner.DiskPause) metav1.Condition {
+// pausedCondition says what holds the guest paused (a panic, a disk) and
+// what to do.
+func pausedCondition(s runner.Status) metav1.Condition {
+	if s.GuestPanic {
+		return metav1.Condition{Type: v1.ConditionPaused, Status: metav1.ConditionTrue, Reason: ReasonGuestPanicked, Message: runner.GuestPanicMessage + "."}
+	}
+	p := s.DiskPause
 	if p == nil {
 		return metav1.Condition{Type: v1.ConditionPaused, Status: metav1.ConditionFalse, Reason: ReasonNotPaused,
 			Message: "No disk error holds the guest paused."}
@@ -611,5 +617,5 @@ func sameStatus(a, b runner.Status) bool {
 	return a.Booted == b.Booted && a.CPUs == b.CPUs && a.RAM == b.RAM && a.Accelerator == b.Accelerator &&
 		a.ConsoleClient == b.ConsoleClient && a.DisplayPasswordSerial == b.DisplayPasswordSerial &&
 		reflect.DeepEqual(a.Guest, b.Guest) && slices.Equal(a.CDProblems, b.CDProblems) &&
-		reflect.DeepEqual(a.DiskPause, b.DiskPause)
+		reflect.DeepEqual(a.DiskPause, b.DiskPause) && a.GuestPanic == b.GuestPanic
 }

@@ -113,3 +113,7 @@ func (r *Runner) diskSettled(ctx context.Context, errors int) bool {
 	r.report(ctx)
 	return true
 }
+
+// GuestPanicMessage says what a guest's panic left and what to do.
+const GuestPanicMessage = "The guest's kernel panicked (its serial console may say why: kubectl vm logs); " +
+	"qemu holds it paused as it was, not restarted. To boot it again: kubectl vm reset, or stop and start it"

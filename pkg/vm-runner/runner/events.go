@@ -72,6 +72,9 @@ const (
 	// ReasonQemuExited (Warning): qemu ended without a guest shutdown;
 	// the message has how and qemu's last words.
 	ReasonQemuExited = "QemuExited"
+	// ReasonQemuHung (warning): qemu stopped answering its monitor; the
+	// runner killed it, and the VM starts again.
+	ReasonQemuHung = "QemuHung"
 	// ReasonDiskFull (warning): a disk's volume is full; qemu paused the
 	// guest rather than fail its writes.
 	ReasonDiskFull = "DiskFull"
@@ -80,6 +83,9 @@ const (
 	ReasonDiskError = "DiskError"
 	// ReasonDiskResumed: the guest paused on a disk's error goes on.
 	ReasonDiskResumed = "DiskResumed"
+	// ReasonGuestPanicked (warning): the guest's kernel panicked; qemu
+	// holds it paused, not restarted.
+	ReasonGuestPanicked = "GuestPanicked"
 )
 
 // The actions of the runner's events.

@@ -67,6 +67,8 @@ type fakeQemu struct {
 	// full: disk0's volume is full; a cont retries its write, which fails
 	// again.
 	full bool
+	// hangs: the monitor answers nothing (a stopped qemu).
+	hangs bool
 }
 
 type fakeDrive struct {
@@ -138,6 +140,9 @@ func (q *fakeQemu) commands(n int) []string {
 func (q *fakeQemu) handle(c *qmptest.Conn, cmd qmptest.Command) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.hangs {
+		return
+	}
 	str := func(k string) string { s, _ := cmd.Arguments[k].(string); return s }
 	drive := func() *fakeDrive {
 		d := q.drives[str("id")]
@@ -368,6 +373,8 @@ func (q *fakeQemu) fill() {
 }
 
 func (q *fakeQemu) free() { q.mu.Lock(); q.full = false; q.mu.Unlock() }
+
+func (q *fakeQemu) hang() { q.mu.Lock(); q.hangs = true; q.mu.Unlock() }
 
 func (q *fakeQemu) ignoreACPI() { q.mu.Lock(); q.ignores = true; q.mu.Unlock() }
 func (q *fakeQemu) quitFails()  { q.mu.Lock(); q.quitErr = true; q.mu.Unlock() }

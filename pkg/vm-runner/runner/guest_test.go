@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -368,4 +369,58 @@ func TestGuestReset(t *testing.T) {
 		t.Fatalf("vm-runner exited with %d", v.exitCode)
 	default:
 	}
+}
+
+// TestGuestPanic: a guest whose kernel panics is held paused as it was
+// (pvpanic, -action panic=pause), not rebooted in a loop; the status and
+// one warning say so and what to do; a reset boots it again, and a stop
+// of a panicked guest does not wait for powerdownTimeout.
+func TestGuestPanic(t *testing.T) {
+	v := newGuestVM(t, guestVM)
+	rec := &eventRecorder{}
+	result, stop := v.runInProcess(rec)
+	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+	conn, err := serialconsole.Dial(t.Context(), filepath.Join(v.runtime, serialconsole.ClientSocket), serialconsole.ModeAttach, "tester")
+	require.NoError(t, err)
+	_, err = io.WriteString(conn, testguest.PanicLine+"\r")
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+
+	e := rec.wait(t, runner.ReasonGuestPanicked)
+	require.True(t, e.Warning)
+	require.Equal(t, runner.GuestPanicMessage, e.Message)
+	_, ok := rec.Find(0, func(s runner.Status) bool { return s.GuestPanic })
+	require.True(t, ok, "no status with the panic")
+	time.Sleep(3 * time.Second)
+	require.Equal(t, 1, v.consoleCount(testguest.ReadyLine), "the panicked guest booted again by itself")
+
+	v.writeFile("config.yaml", strings.Replace(v.configText(guestVM), `"/Runner":`, "\"/Runner\":\n  resetCounter: 1", 1))
+	eventually.Succeeds(t, 90*time.Second, func() error {
+		if n := v.consoleCount(testguest.ReadyLine); n != 2 {
+			return fmt.Errorf("%d boots", n)
+		}
+		return nil
+	})
+	_, ok = rec.Find(0, func(s runner.Status) bool { return s.Running && !s.GuestPanic && s.CPUs == 1 })
+	require.True(t, ok)
+
+	// Panicked again: a stop ends qemu at once (powerdownTimeout is 120 s).
+	conn, err = serialconsole.Dial(t.Context(), filepath.Join(v.runtime, serialconsole.ClientSocket), serialconsole.ModeAttach, "tester")
+	require.NoError(t, err)
+	_, err = io.WriteString(conn, testguest.PanicLine+"\r")
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		if rec.count(runner.ReasonGuestPanicked) != 2 {
+			return errors.New("no second panic")
+		}
+		return nil
+	})
+	start := time.Now()
+	stop()
+	var exit *runner.ExitError
+	require.ErrorAs(t, <-result, &exit)
+	require.Equal(t, runnerconfig.ExitForced, exit.Code)
+	require.Less(t, time.Since(start), 30*time.Second)
+	require.Contains(t, rec.only(t, runner.ReasonShutdownForced).Message, "The guest had panicked and cannot shut down")
 }

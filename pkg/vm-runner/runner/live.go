@@ -130,6 +130,15 @@ func (l *liveState) reset(ctx context.Context, counter int64) error {
 	}
 	l.resetCounter = counter
 	r.log.Info("Guest reset", "resetCounter", counter)
+	if r.status.GuestPanic {
+		// The reset machine stays paused where the panic left it.
+		if err := r.mon.Cont(ctx); err != nil {
+			return err
+		}
+		r.status.GuestPanic = false
+		r.ready.Store(true)
+		r.report(ctx)
+	}
 	return nil
 }
 
@@ -481,6 +490,15 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 		}
 	case qmp.EventBlockIOError:
 		r.diskIOError(ctx, ev)
+	case qmp.EventGuestPanicked:
+		if r.status.GuestPanic {
+			return
+		}
+		r.status.GuestPanic = true
+		r.ready.Store(false)
+		r.log.Warn("The guest's kernel panicked; qemu holds it paused", "data", ev.Data)
+		r.event(ctx, Event{Warning: true, Reason: ReasonGuestPanicked, Action: actionPause, Message: GuestPanicMessage})
+		r.report(ctx)
 	case qmp.EventSpiceInitialized:
 		client, _ := ev.Data["client"].(map[string]any)
 		if ct, _ := client["channel-type"].(float64); ct != qmp.SpiceChannelMain {

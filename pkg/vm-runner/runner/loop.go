@@ -91,6 +91,12 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 			r.ready.Store(false)
 			r.status.Running = false
 			r.report(bg)
+			if r.status.GuestPanic {
+				// A panicked guest cannot shut down: qemu stops at once.
+				stopTimerT = time.NewTimer(0)
+				stopTimer = stopTimerT.C
+				continue
+			}
 			if r.askGuestToStop(bg) {
 				// An agent can take the request and the guest still not go
 				// down (the agent was being stopped, shutdown failed):
@@ -106,9 +112,12 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 		case <-stopTimer:
 			stopTimer = nil
 			forced = true
-			r.log.Warn("The guest did not shut down in time: stopping qemu", "powerdownTimeout", *r.config.VM.PowerdownTimeout)
-			r.event(bg, Event{Warning: true, Reason: ReasonShutdownForced, Action: actionStop,
-				Message: fmt.Sprintf("The guest did not shut down within powerdownTimeout (%ds): qemu is stopped hard", *r.config.VM.PowerdownTimeout)})
+			msg := fmt.Sprintf("The guest did not shut down within powerdownTimeout (%ds): qemu is stopped hard", *r.config.VM.PowerdownTimeout)
+			if r.status.GuestPanic {
+				msg = "The guest had panicked and cannot shut down: qemu is stopped at once"
+			}
+			r.log.Warn(msg)
+			r.event(bg, Event{Warning: true, Reason: ReasonShutdownForced, Action: actionStop, Message: msg})
 			// A qemu whose monitor hangs would hold the loop.
 			quitCtx, cancel := context.WithTimeout(bg, quitGrace)
 			if err := r.mon.Quit(quitCtx); err != nil {
@@ -225,7 +234,7 @@ func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced bool, stop
 	r.setGuest(guestagent.Info{})
 	r.status.ConsoleClient = ""
 	r.report(ctx)
-	err := exitFor(r.qemu, guestShutdown, forced)
+	err := exitFor(r.qemu, guestShutdown, forced, r.hung.Load())
 	stopping := !stopStarted.IsZero()
 	shutdown := Event{Reason: ReasonGuestShutdown, Action: actionShutdown}
 	switch {
@@ -253,7 +262,11 @@ func (r *Runner) qemuEnded(ctx context.Context, guestShutdown, forced bool, stop
 			if w := r.qemu.lastWords(); w != "" {
 				msg += "; its last words: " + w
 			}
-			r.event(ctx, Event{Warning: true, Reason: ReasonQemuExited, Action: actionExit, Message: msg})
+			reason := ReasonQemuExited
+			if r.hung.Load() != nil {
+				reason = ReasonQemuHung
+			}
+			r.event(ctx, Event{Warning: true, Reason: reason, Action: actionExit, Message: msg})
 		}
 	}
 	return err

@@ -130,3 +130,22 @@ func TestQemuCrashes(t *testing.T) {
 	s := v.rec.last()
 	require.False(t, s.Running || s.Booted)
 }
+
+// TestQemuHangs: a qemu that stops answering its monitor (SIGSTOP here)
+// is killed after qmpMisses asks, and the runner exits with why, so that
+// the kubelet starts the VM again.
+func TestQemuHangs(t *testing.T) {
+	v := newTestVM(t, baseConfig(t.TempDir()))
+	v.r.qmpPing = 50 * time.Millisecond
+	v.run()
+	go v.r.watchQemu(t.Context())
+	require.NoError(t, syscall.Kill(v.q.proc.cmd.Process.Pid, syscall.SIGSTOP))
+	v.q.hang()
+	err := v.result()
+	require.Equal(t, runnerconfig.ExitCrashed, exitCode(t, err))
+	require.Equal(t, "qemu did not answer its monitor for 150ms (stopped, or stuck in the host): it was killed", errors.Unwrap(err).Error())
+	hung := v.rec.waitEvent(t, ReasonQemuHung, 1)
+	require.True(t, hung.Warning)
+	require.Contains(t, hung.Message, "qemu did not answer its monitor for 150ms")
+	require.Empty(t, v.rec.eventsOf(ReasonQemuExited))
+}

@@ -86,8 +86,11 @@ type Runner struct {
 	// address; nil without one.
 	podNet *podnet.Network
 	podMAC string
-	// diskRetry and diskSettle are the constants' values but in tests.
-	diskRetry, diskSettle time.Duration
+	// diskRetry, diskSettle and qmpPing are the constants' values but in
+	// tests.
+	diskRetry, diskSettle, qmpPing time.Duration
+	// hung says why watchQemu killed qemu; nil unless it did.
+	hung atomic.Pointer[string]
 }
 
 // New loads the config. An invalid config is an *ExitError with
@@ -121,7 +124,7 @@ func New(opts Options) (*Runner, error) {
 		configDir: filepath.Dir(opts.ConfigFile),
 		config:    c,
 		passwords: make(chan passwordRequest),
-		diskRetry: diskRetry, diskSettle: diskSettle,
+		diskRetry: diskRetry, diskSettle: diskSettle, qmpPing: qmpPing,
 	}
 	r.dataDir, r.runtimeDir = DataDir(c), RuntimeDir(c)
 	return r, nil
@@ -162,6 +165,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		return &ExitError{Code: runnerconfig.ExitFailed, Err: err}
 	}
 	defer stopProbe()
+	// Not ctx: a qemu that hangs while the guest is asked to stop is
+	// killed too.
+	watch, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	go r.watchQemu(watch)
 	return r.loop(ctx, events, watcher)
 }
 
@@ -382,8 +390,10 @@ func (r *Runner) cleanup() {
 }
 
 // exitFor turns how qemu ended into the runner's result.
-func exitFor(qemu *process, guestShutdown, forced bool) error {
+func exitFor(qemu *process, guestShutdown, forced bool, hung *string) error {
 	switch {
+	case hung != nil:
+		return &ExitError{Code: runnerconfig.ExitCrashed, Err: errors.New(*hung)}
 	case forced:
 		return &ExitError{Code: runnerconfig.ExitForced, Err: errors.New("the guest did not shut down within powerdownTimeout: qemu was stopped hard")}
 	case guestShutdown && qemu.err == nil:

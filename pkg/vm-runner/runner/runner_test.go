@@ -349,7 +349,7 @@ func TestLiveChangesWithoutGuest(t *testing.T) {
 		require.Less(t, took, 10*time.Second, "the shortened timeout applied")
 		require.GreaterOrEqual(t, took, 2*time.Second)
 		log, _ := os.ReadFile(v.output)
-		require.Contains(t, string(log), "did not shut down in time")
+		require.Contains(t, string(log), "The guest did not shut down within powerdownTimeout (2s): qemu is stopped hard")
 		out, err := exec.Command(vmRunner(t), "probe", "-c", v.config).CombinedOutput()
 		require.Error(t, err, "vm-runner probe after the VM stopped: %s", out)
 	})

@@ -29,6 +29,9 @@ type Status struct {
 	// DiskPause is set while qemu holds the guest paused on a disk's I/O
 	// error.
 	DiskPause *DiskPause
+	// GuestPanic: the guest's kernel panicked and qemu holds it paused
+	// until a reset or a stop.
+	GuestPanic bool
 }
 
 // CDProblem is a CD drive without the medium the config names: it could
