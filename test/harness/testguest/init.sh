@@ -135,6 +135,31 @@ case " $(cat /proc/cmdline) " in
 *" testguest.boots=1 "*) count_boots ;;
 esac
 
+# testguest.records=N: write N records (see records.go) to each disk but
+# the first, one after the other, each synced (dd conv=fsync: a flush the
+# host must honour) to every disk before the console says so.
+write_records() {
+	until [ -b /dev/vdb ]; do sleep 0.1; done
+	n=1
+	while [ $n -le "$1" ]; do
+		yes "$(printf 'RECORD %08d' $n)" | head -c 65536 >/tmp/record
+		for d in /dev/vd[b-z]; do
+			if ! dd if=/tmp/record of="$d" bs=65536 seek=$((n - 1)) count=1 conv=fsync 2>/dev/null; then
+				echo "TESTGUEST RECORD $n failed on $d"
+				return
+			fi
+		done
+		echo "TESTGUEST RECORD $n"
+		n=$((n + 1))
+	done
+	echo "TESTGUEST RECORDS DONE"
+}
+for p in $(cat /proc/cmdline); do
+	case "$p" in
+	testguest.records=*) write_records "${p#*=}" & ;;
+	esac
+done
+
 # Hot-plugged CPUs arrive offline; on a full distribution a udev rule onlines
 # them. Unplug needs nothing here: the kernel offlines and ejects the CPU
 # itself on the ACPI eject request.
@@ -193,6 +218,7 @@ while read -r line; do
 	line=${line%"$cr"}
 	case "$line" in
 	"ping "*) echo "TESTGUEST PONG ${line#ping }" ;;
+	panic) echo c >/proc/sysrq-trigger ;;
 	"spoof "*)
 		spoof ${line#spoof } >/dev/null 2>&1 </dev/null
 		echo "TESTGUEST SPOOFED"

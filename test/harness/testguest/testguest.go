@@ -52,6 +52,9 @@ const (
 	// PongPrefix, followed by X, answers the line "ping X" typed on the
 	// serial console.
 	PongPrefix = "TESTGUEST PONG "
+	// PanicLine typed on the serial console makes the guest's kernel
+	// panic (sysrq c), which it tells qemu through pvpanic.
+	PanicLine = "panic"
 )
 
 // IgnoreACPI, appended to the kernel command line, makes the guest ignore
@@ -153,6 +156,8 @@ var modules = []string{
 	"virtio_pci", "virtio_console", "virtio_balloon", "virtio_blk", "virtio_net",
 	// The CD drive: q35's AHCI controller and the SCSI CD driver.
 	"ahci", "sr_mod",
+	// Tells qemu of a panic (PanicLine).
+	"pvpanic-mmio",
 }
 
 // screenModules are loaded with Screen only, after the others: the mice a
@@ -169,6 +174,8 @@ var applets = []string{
 	"arp", "ping", "ping6",
 	// The mouse's packets (Screen).
 	"od",
+	// Records (records.go).
+	"yes", "head", "printf",
 }
 
 var (

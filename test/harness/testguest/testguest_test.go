@@ -49,6 +49,38 @@ func TestGuest(t *testing.T) {
 			return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, EchoLine) })
 		}, EchoLine)
 	})
+	t.Run("records", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		var args []string
+		for i, name := range []string{"first.img", "records.img"} {
+			f := filepath.Join(dir, name)
+			if err := os.WriteFile(f, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(f, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "-drive", fmt.Sprintf("if=none,id=d%d,format=raw,file=%s", i, f), "-device", fmt.Sprintf("virtio-blk-pci,drive=d%d", i))
+		}
+		const n = 16 // 1 MiB
+		vm := startVM(t, g.WithAppend(Records(n)), Accel(), args...)
+		vm.waitConsole(t, bootTimeout, func(lines []string) bool {
+			return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, RecordsDoneLine) })
+		}, RecordsDoneLine)
+		out, _ := os.ReadFile(vm.console)
+		if got := AckedRecords(string(out)); got != n {
+			t.Fatalf("%d records acknowledged, want %d", got, n)
+		}
+		disk, err := os.Open(filepath.Join(dir, "records.img"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer disk.Close()
+		if lost, err := LostRecords(disk, n); err != nil || len(lost) > 0 {
+			t.Fatalf("records not on the disk: %v (%v)", lost, err)
+		}
+	})
 	t.Run("ignore_acpi", func(t *testing.T) {
 		t.Parallel()
 		vm := startVM(t, g.WithAppend(IgnoreACPI), Accel())

@@ -48,6 +48,10 @@ type Volume struct {
 	// Content, for a Block volume, is a file whose bytes the volume starts
 	// with (a bootable disk image); the rest reads as zeros.
 	Content string
+	// Space, for a Filesystem volume, is the room its file system has (a
+	// tmpfs of that size), so that a test can fill it; zero: the node's
+	// disk.
+	Space resource.Quantity
 }
 
 // AddBlockVolume adds a local Block PersistentVolume of class
@@ -84,6 +88,12 @@ func (n *Node) AddFilesystemVolume(ctx context.Context, v Volume) error {
 	dir := filepath.Join(n.dir, "volumes", v.Name)
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
+	}
+	if !v.Space.IsZero() {
+		// Stop unmounts it with the rest below the node's directory.
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0777", v.Space.Value()), "tmpfs", dir).CombinedOutput(); err != nil {
+			return fmt.Errorf("mount a tmpfs for volume %s: %w: %s", v.Name, err, out)
+		}
 	}
 	return n.createPV(ctx, v, StorageClassFilesystem, corev1.PersistentVolumeFilesystem, dir)
 }
