@@ -40,7 +40,7 @@ unit:
 ## minutes, outside the tests' timeout); a missing one fails its tests.
 test: deps vet lint
 	hack/build-gitops.sh >/dev/null
-	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./...
+	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 50m ./...
 
 ## golangci-lint (its version in hack/golangci-lint.sh, built once into
 ## the tests' cache) with .golangci.yml.
