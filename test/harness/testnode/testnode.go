@@ -73,7 +73,8 @@ const (
 // nodeControllers are what a real node needs beyond testcluster's
 // controllers: claims binding to volumes, the node's not-ready taint
 // removed once it is Ready, Deployments (the operator), the roles that
-// aggregate into view/edit/admin, and Services' endpoints.
+// aggregate into view/edit/admin, Services' endpoints, and the status of
+// PodDisruptionBudgets, which evictions (kubectl drain) check.
 var nodeControllers = []string{
 	"persistentvolume-binder-controller",
 	"node-lifecycle-controller",
@@ -83,6 +84,7 @@ var nodeControllers = []string{
 	"endpointslice-controller",
 	"pod-garbage-collector-controller",
 	"daemonset-controller",
+	"disruption-controller",
 }
 
 // Options tune Start.
