@@ -60,6 +60,8 @@ func (r *Runner) diskIOError(ctx context.Context, ev qmp.Event) {
 	}
 	r.live.diskErrors++
 	r.ready.Store(false)
+	why := p.String()
+	r.paused.Store(&why)
 	if old := r.status.DiskPause; old != nil {
 		p.Since = old.Since
 		if *old == p {
@@ -104,6 +106,7 @@ func (r *Runner) diskSettled(ctx context.Context, errors int) bool {
 	}
 	paused := time.Since(p.Since)
 	r.status.DiskPause = nil
+	r.paused.Store(nil)
 	if !r.live.stopping {
 		r.ready.Store(true)
 	}

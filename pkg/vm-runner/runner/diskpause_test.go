@@ -28,6 +28,7 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 	require.Contains(t, e.Message, "The guest is paused: disk disk0 (spec.vm.disks[0]) is full (No space left on device). "+
 		"To go on, free space on its volume or grow its claim")
 	require.False(t, v.r.ready.Load(), "a paused guest's pod is not ready")
+	require.Equal(t, e.Message, *v.r.paused.Load(), "what the readiness probe answers")
 
 	// Retries fail while the volume is full: one warning, still paused.
 	require.Eventually(t, func() bool { return countOf(v.q.commands(0), "cont") >= 3 }, waitTimeout, 10*time.Millisecond, "three retries")
@@ -38,6 +39,7 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 	v.rec.waitEvent(t, ReasonDiskResumed, 1)
 	require.Nil(t, v.rec.last().DiskPause)
 	require.True(t, v.r.ready.Load())
+	require.Nil(t, v.r.paused.Load())
 	require.Len(t, v.rec.eventsOf(ReasonDiskFull), 1)
 }
 

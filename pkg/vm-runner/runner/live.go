@@ -136,6 +136,7 @@ func (l *liveState) reset(ctx context.Context, counter int64) error {
 			return err
 		}
 		r.status.GuestPanic = false
+		r.paused.Store(nil)
 		r.ready.Store(true)
 		r.report(ctx)
 	}
@@ -496,6 +497,8 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 		}
 		r.status.GuestPanic = true
 		r.ready.Store(false)
+		why := GuestPanicMessage
+		r.paused.Store(&why)
 		r.log.Warn("The guest's kernel panicked; qemu holds it paused", "data", ev.Data)
 		r.event(ctx, Event{Warning: true, Reason: ReasonGuestPanicked, Action: actionPause, Message: GuestPanicMessage})
 		r.report(ctx)

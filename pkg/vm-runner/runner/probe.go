@@ -31,7 +31,11 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !r.ready.Load() {
-			http.Error(w, "the VM is not running", http.StatusServiceUnavailable)
+			why := "the VM is not running"
+			if p := r.paused.Load(); p != nil {
+				why = *p
+			}
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")

@@ -91,6 +91,9 @@ type Runner struct {
 	diskRetry, diskSettle, qmpPing time.Duration
 	// hung says why watchQemu killed qemu; nil unless it did.
 	hung atomic.Pointer[string]
+	// paused says why qemu holds the guest paused, for the readiness
+	// probe's answer; nil while it runs.
+	paused atomic.Pointer[string]
 }
 
 // New loads the config. An invalid config is an *ExitError with
