@@ -262,22 +262,7 @@ func requireUnprivileged(t testing.TB, ns, vm string) {
 	t.Helper()
 	runner, err := runnerPID(t.Context(), ns, vm)
 	require.NoError(t, err)
-	// Each thread lists the children it started: Go starts them on any.
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", runner))
-	require.NoError(t, err)
-	var children []byte
-	for _, task := range tasks {
-		b, _ := os.ReadFile(task)
-		children = append(children, b...)
-	}
-	var qemu int
-	for _, f := range strings.Fields(string(children)) {
-		pid, _ := strconv.Atoi(f)
-		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "qemu-system") {
-			qemu = pid
-		}
-	}
-	require.NotZero(t, qemu, "no qemu among the runner's children %q", children)
+	qemu := qemuPID(t, runner)
 	for _, pid := range []int{runner, qemu} {
 		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		require.NoError(t, err)

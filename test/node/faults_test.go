@@ -103,6 +103,8 @@ func TestFaults(t *testing.T) {
 		requireEvents(t, ns, "vm/"+vm, "StartFailed", `network 0 (tap): bridge "nosuchbr0" does not exist on node`)
 	})
 
+	t.Run("full disk", func(t *testing.T) { fullDisk(t, ns) })
+
 	// The survivor's CD image is not in the image repository: the VM boots
 	// its disk without it, and says so.
 	const vm = "survivor"
@@ -145,6 +147,33 @@ func TestFaults(t *testing.T) {
 		require.Contains(t, kubectl(t, "", "vm", "status", "-n", ns, vm), "Running")
 	})
 
+	// The node agent replaced, as an upgrade's rollout does: the running
+	// VM keeps its pod's devices and network, and live changes still
+	// reach it.
+	t.Run("node agent rolled out", func(t *testing.T) {
+		pid, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		start := time.Now()
+		kubectl(t, "", "rollout", "restart", "-n", "vmop-system", "daemonset/vm-node")
+		kubectl(t, "", "rollout", "status", "-n", "vmop-system", "daemonset/vm-node", "--timeout", "2m")
+		t.Logf("node agent rolled out in %.1f s", time.Since(start).Seconds())
+		pid2, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		require.Equal(t, pid, pid2, "the runner after the agent's rollout")
+		kubectl(t, "", "vm", "set", "-n", ns, vm, "--cpus", "1")
+		eventually.Within(t, time.Minute, func() string {
+			log, err := consoleLog(t.Context(), ns, vm)
+			if err != nil {
+				return err.Error()
+			}
+			if i := strings.LastIndex(log, testguest.CPUsPrefix); i < 0 || !strings.HasPrefix(log[i:], testguest.CPUsPrefix+"1") {
+				return "the guest's last CPU count is not 1:\n" + log
+			}
+			require.Equal(t, 1, strings.Count(log, testguest.BootPrefix), "boots on the console:\n%s", log)
+			return ""
+		})
+	})
+
 	t.Run("runner killed", func(t *testing.T) {
 		pod := podUID(t, ns, vm)
 		pid, err := runnerPID(t.Context(), ns, vm)
@@ -157,6 +186,23 @@ func TestFaults(t *testing.T) {
 		eventually.Within(t, time.Minute, func() string {
 			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
 			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 1 time (last exit code 137") {
+				return ""
+			}
+			return "kubectl vm status:\n" + out
+		})
+	})
+	t.Run("qemu hung", func(t *testing.T) {
+		runner, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		stopped := time.Now()
+		require.NoError(t, syscall.Kill(qemuPID(t, runner), syscall.SIGSTOP))
+		// The runner kills it and exits; the kubelet starts the VM again.
+		waitConsole(t, ns, vm, testguest.BootPrefix+"3", 3*time.Minute)
+		t.Logf("qemu hung: the guest booted again %.0f s after qemu was stopped", time.Since(stopped).Seconds())
+		requireEvents(t, ns, "vm/"+vm, "QemuHung", "qemu did not answer its monitor for 15s")
+		eventually.Within(t, time.Minute, func() string {
+			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
+			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 2 times") {
 				return ""
 			}
 			return "kubectl vm status:\n" + out

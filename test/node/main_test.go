@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -249,6 +250,27 @@ func runnerPID(ctx context.Context, ns, vm string) (int, error) {
 	}
 	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	return node.Containerd.PID(ctx, id)
+}
+
+// qemuPID is the process of qemu, a child of the runner's runner.
+func qemuPID(t testing.TB, runner int) int {
+	t.Helper()
+	// Each thread lists the children it started: Go starts them on any.
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", runner))
+	require.NoError(t, err)
+	var children []byte
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		children = append(children, b...)
+	}
+	for _, f := range strings.Fields(string(children)) {
+		pid, _ := strconv.Atoi(f)
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "qemu-system") {
+			return pid
+		}
+	}
+	t.Fatalf("no qemu among the runner's children %q", children)
+	return 0
 }
 
 // consoleLog is what the guest wrote on its serial console, read through
