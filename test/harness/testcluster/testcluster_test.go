@@ -1,8 +1,10 @@
 package testcluster_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,4 +52,28 @@ func TestClusterStopEndsProcesses(t *testing.T) {
 		}
 	}
 	c.Stop() // a second Stop, as t.Cleanup does, is harmless
+}
+
+func TestClusterAwayAndBack(t *testing.T) {
+	c := testcluster.New(t)
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Away(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = cs.CoreV1().Namespaces().Get(short, "default", metav1.GetOptions{})
+	cancel()
+	if err == nil {
+		t.Error("the API server answered while away")
+	}
+	if err := c.Back(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Errorf("after Back: %v", err)
+	}
 }
