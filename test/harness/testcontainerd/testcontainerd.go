@@ -48,6 +48,11 @@ type Options struct {
 	// temporary directory. (Keep it short: the socket path must fit a
 	// sockaddr_un.)
 	Parent string
+	// Dir, when not empty, is the directory of a containerd of these
+	// options that was killed: Run starts a containerd again on its root
+	// and state, as a node's containerd starts after a crash, with its
+	// images, containers and snapshots. Parent is then unused.
+	Dir string
 }
 
 const depsHint = "run `make deps` (installs containerd and runc)"
@@ -87,9 +92,12 @@ func Run(opts Options) (*Containerd, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = Namespace
 	}
-	dir, err := os.MkdirTemp(opts.Parent, "ctrd")
-	if err != nil {
-		return nil, err
+	dir := opts.Dir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp(opts.Parent, "ctrd"); err != nil {
+			return nil, err
+		}
 	}
 	c := &Containerd{Socket: filepath.Join(dir, "containerd.sock"), Dir: dir, namespace: opts.Namespace, exited: make(chan struct{})}
 	cri := `disabled_plugins = ["io.containerd.grpc.v1.cri"]`
@@ -108,7 +116,8 @@ state = %q
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
 		return nil, err
 	}
-	log, err := os.Create(filepath.Join(dir, "containerd.log"))
+	// Appended to: a restarted containerd's log follows the killed one's.
+	log, err := os.OpenFile(filepath.Join(dir, "containerd.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +126,9 @@ state = %q
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		log.Close()
-		os.RemoveAll(dir)
+		if opts.Dir == "" {
+			os.RemoveAll(dir)
+		}
 		return nil, err
 	}
 	go func() { _ = c.cmd.Wait(); log.Close(); close(c.exited) }()
@@ -133,9 +144,22 @@ state = %q
 	default:
 		err = fmt.Errorf("containerd did not answer in 30 s (%w):\n%s", err, c.Log())
 	}
+	if opts.Dir != "" {
+		// A restart leaves the directory, with what the killed containerd
+		// had, to its first Containerd's Stop.
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		return nil, err
+	}
 	_ = c.Stop()
 	return nil, err
 }
+
+// Pid is containerd's process id.
+func (c *Containerd) Pid() int { return c.cmd.Process.Pid }
+
+// Exited is closed once containerd has exited.
+func (c *Containerd) Exited() <-chan struct{} { return c.exited }
 
 // Log is containerd's own output so far.
 func (c *Containerd) Log() string {

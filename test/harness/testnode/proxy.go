@@ -27,7 +27,8 @@ import (
 // conntrack program (it clears entries over netlink); besides its iptables
 // and ip6tables chains it leaves nfacct counters in the kernel, which the
 // node removes with the chains (host.go).
-func (n *Node) startKubeProxy(ctx context.Context, bin string) error {
+func (n *Node) startKubeProxy(ctx context.Context) error {
+	bin := filepath.Join(n.binDir, "kube-proxy")
 	ports, err := freeport.Ports(2)
 	if err != nil {
 		return err

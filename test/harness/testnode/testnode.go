@@ -105,6 +105,8 @@ type Node struct {
 	Client kubernetes.Interface
 
 	dir            string
+	binDir         string
+	containerdOpts testcontainerd.Options
 	kubeletArgs    []string
 	kubeletHealthz string
 	host           hostState
@@ -157,7 +159,7 @@ func start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n = &Node{}
+	n = &Node{binDir: binDir}
 	if n.dir, err = os.MkdirTemp("", dirPrefix); err != nil {
 		return nil, err
 	}
@@ -206,7 +208,7 @@ func start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err = n.startKubelet(ctx, filepath.Join(binDir, "kubelet")); err != nil {
 		return n, err
 	}
-	if err = n.startKubeProxy(ctx, filepath.Join(binDir, "kube-proxy")); err != nil {
+	if err = n.startKubeProxy(ctx); err != nil {
 		return n, err
 	}
 	if err = n.createStorageClasses(ctx); err != nil {
@@ -280,8 +282,7 @@ func (n *Node) startContainerd(ctx context.Context, images []string) error {
 	if err := os.WriteFile(filepath.Join(cniConf, "10-vmop-test.conflist"), []byte(conf), 0o644); err != nil {
 		return err
 	}
-	var err error
-	n.Containerd, err = testcontainerd.Run(testcontainerd.Options{
+	n.containerdOpts = testcontainerd.Options{
 		Namespace: "k8s.io",
 		// Inside the node's directory, so that a later run finds the
 		// containers of a killed one by their bundles' paths.
@@ -299,8 +300,9 @@ func (n *Node) startContainerd(ctx context.Context, images []string) error {
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
 `, pauseImage, cniBinDir, cniConf),
-	})
-	if err != nil {
+	}
+	var err error
+	if n.Containerd, err = testcontainerd.Run(n.containerdOpts); err != nil {
 		return err
 	}
 	pause, err := n.buildPause()
