@@ -1,24 +1,31 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"time"
 )
 
 const (
 	// qmpPing is how often the runner asks qemu over its monitor whether
 	// it is alive, and how long it waits for the answer.
-	qmpPing = 5 * time.Second
-	// qmpMisses unanswered asks in a row make qemu hung.
-	qmpMisses = 3
+	qmpPing = 10 * time.Second
+	// qmpMisses unanswered asks in a row make qemu hung if it is also
+	// stopped or stuck in the kernel: a qemu that runs can leave its
+	// monitor unanswered for minutes (a TPM command waiting for swtpm
+	// under TCG holds its main loop) and is healthy.
+	qmpMisses = 6
 )
 
 // watchQemu asks qemu over its monitor every r.qmpPing; after qmpMisses
-// asks in a row without an answer, qemu is hung (stopped, or stuck in the
-// host: its guest is lost either way) and is killed, so that the runner
-// exits and the kubelet starts the VM again. A guest that hangs does not
-// count: qemu still answers for it. It ends with ctx or qemu.
+// asks in a row without an answer, a qemu that is stopped (SIGSTOP) or
+// stuck in the kernel (state D) is hung, its guest lost either way, and
+// is killed, so that the runner exits and the kubelet starts the VM
+// again. A guest that hangs does not count: qemu still answers for it.
+// It ends with ctx or qemu.
 func (r *Runner) watchQemu(ctx context.Context) {
 	t := time.NewTicker(r.qmpPing)
 	defer t.Stop()
@@ -46,9 +53,26 @@ func (r *Runner) watchQemu(ctx context.Context) {
 		if misses < qmpMisses {
 			continue
 		}
+		if st := procState(r.qemu.cmd.Process.Pid); st != 'T' && st != 't' && st != 'D' {
+			r.log.Warn("qemu does not answer its monitor but is neither stopped nor stuck: left running", "state", string(st))
+			continue
+		}
 		why := fmt.Sprintf("qemu did not answer its monitor for %s (stopped, or stuck in the host): it was killed", time.Duration(misses)*r.qmpPing)
 		r.hung.Store(&why)
 		r.qemu.kill()
 		return
 	}
+}
+
+// procState is the state letter of process pid (/proc/PID/stat: R, S, D,
+// T...); 0 when it cannot be read.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	// The command name, in parentheses, may hold spaces: the state
+	// follows its closing one.
+	i := bytes.LastIndexByte(b, ')')
+	if err != nil || i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }
