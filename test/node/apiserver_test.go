@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,7 +41,7 @@ func TestAPIServerAway(t *testing.T) {
 	waitConsole(t, ns, vm, testguest.ReadyLine, 2*time.Minute)
 	runner, err := runnerPID(t.Context(), ns, vm)
 	require.NoError(t, err)
-	qemu := awayQemuPID(t, runner)
+	qemu := qemuPID(t, runner)
 	require.Equal(t, []int{1}, guestCPULines(t, ns, vm))
 
 	// The control plane away: from here until Back, only /proc tells.
@@ -85,8 +84,8 @@ func TestAPIServerAway(t *testing.T) {
 		if err != nil {
 			return err.Error()
 		}
-		if !nodeReadyUntainted(n) {
-			return fmt.Sprintf("node: conditions %v, taints %v", n.Status.Conditions, n.Spec.Taints)
+		if err := testnode.Schedulable(n); err != nil {
+			return "node: " + err.Error()
 		}
 		return ""
 	})
@@ -128,22 +127,6 @@ func TestAPIServerAway(t *testing.T) {
 	})
 
 	deleteVM(t, ns, vm)
-}
-
-// nodeReadyUntainted tells whether the node is Ready without the taints
-// that keep pods off it or evict them.
-func nodeReadyUntainted(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-			return false
-		}
-	}
-	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-			return false
-		}
-	}
-	return len(n.Status.Conditions) > 0
 }
 
 // requireRunningStatus waits until the runner reports again: the VM's
@@ -238,26 +221,6 @@ func waitGuestCPUs(t testing.TB, ns, vm string, n int, timeout time.Duration) {
 		}
 		return fmt.Sprintf("the guest's CPU counts are %v, want %d last", counts, n)
 	})
-}
-
-// awayQemuPID is the process of qemu among the runner's children, found
-// through /proc.
-func awayQemuPID(t testing.TB, runner int) int {
-	t.Helper()
-	// Each thread lists the children it started: Go starts them on any.
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", runner))
-	require.NoError(t, err)
-	for _, task := range tasks {
-		b, _ := os.ReadFile(task)
-		for _, f := range strings.Fields(string(b)) {
-			pid, _ := strconv.Atoi(f)
-			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "qemu-system") {
-				return pid
-			}
-		}
-	}
-	t.Fatalf("no qemu among the children of the runner (pid %d)", runner)
-	return 0
 }
 
 // operatorPID is the host pid of vm-operator in its running pod.

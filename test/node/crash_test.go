@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -179,15 +178,8 @@ func waitNodeAgent(t testing.TB, since time.Time) {
 		if q, ok := n.Status.Allocatable[nodeagent.Resource]; !ok || q.IsZero() {
 			return "the node offers no " + nodeagent.Resource
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-				return "the node is not Ready: " + c.Message
-			}
-		}
-		for _, taint := range n.Spec.Taints {
-			if taint.Effect == corev1.TaintEffectNoSchedule || taint.Effect == corev1.TaintEffectNoExecute {
-				return "the node is tainted " + taint.Key
-			}
+		if err := testnode.Schedulable(n); err != nil {
+			return "the node takes no pods: " + err.Error()
 		}
 		return ""
 	})

@@ -161,17 +161,10 @@ func TestFaults(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, pid, pid2, "the runner after the agent's rollout")
 		kubectl(t, "", "vm", "set", "-n", ns, vm, "--cpus", "1")
-		eventually.Within(t, time.Minute, func() string {
-			log, err := consoleLog(t.Context(), ns, vm)
-			if err != nil {
-				return err.Error()
-			}
-			if i := strings.LastIndex(log, testguest.CPUsPrefix); i < 0 || !strings.HasPrefix(log[i:], testguest.CPUsPrefix+"1") {
-				return "the guest's last CPU count is not 1:\n" + log
-			}
-			require.Equal(t, 1, strings.Count(log, testguest.BootPrefix), "boots on the console:\n%s", log)
-			return ""
-		})
+		waitGuestCPUs(t, ns, vm, 1, time.Minute)
+		log, err := consoleLog(t.Context(), ns, vm)
+		require.NoError(t, err)
+		require.Equal(t, 1, strings.Count(log, testguest.BootPrefix), "boots on the console:\n%s", log)
 	})
 
 	t.Run("runner killed", func(t *testing.T) {

@@ -426,16 +426,22 @@ func (n *Node) runKubelet(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if !testcluster.NodeReady(node) {
-			return fmt.Errorf("not Ready: %v", node.Status.Conditions)
-		}
-		for _, t := range node.Spec.Taints {
-			if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-				return fmt.Errorf("tainted %s", t.Key)
-			}
-		}
-		return nil
+		return Schedulable(node)
 	})
+}
+
+// Schedulable says why node takes no pods: not Ready, or a taint that
+// keeps pods off or evicts them; nil when it takes them.
+func Schedulable(node *corev1.Node) error {
+	if !testcluster.NodeReady(node) {
+		return fmt.Errorf("not Ready: %v", node.Status.Conditions)
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return fmt.Errorf("tainted %s", t.Key)
+		}
+	}
+	return nil
 }
 
 // Stop ends everything Start began and undoes its changes to the host:
