@@ -39,6 +39,20 @@ const (
 	ConditionImported = "Imported"
 )
 
+// Reasons of the Paused condition (vm-runner's), here for readers such
+// as the operator's metrics. The runner's events of the same names tell
+// when a pause starts.
+const (
+	ReasonNotPaused = "NotPaused"
+	// ReasonDiskFull: a disk's volume is full; qemu paused the guest
+	// rather than fail its writes.
+	ReasonDiskFull = "DiskFull"
+	// ReasonDiskError: a disk's read or write failed otherwise.
+	ReasonDiskError = "DiskError"
+	// ReasonGuestPanicked: the guest's kernel panicked; qemu holds it.
+	ReasonGuestPanicked = "GuestPanicked"
+)
+
 // Reasons of the Imported condition (a failed import's reason is its
 // cause: HTTPError, ChecksumMismatch, ImageTooLarge, UnknownFormat or
 // ImportFailed).

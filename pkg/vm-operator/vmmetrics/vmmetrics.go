@@ -6,11 +6,11 @@
 // Cardinality is bounded: every label other than namespace and name takes
 // its values from a fixed set (states, failure reasons, condition types;
 // what this version does not know becomes "Unknown" or "Other", never a
-// new value). A VM has at most 18 series: 5 of vmop_vm_state, 2 of
-// vmop_vm_desired_state, 1 each of vmop_vm_failed and
-// vmop_vm_restart_required, 7 of
+// new value). A VM has at most 20 series: 5 of vmop_vm_state, 2 of
+// vmop_vm_desired_state, 1 each of vmop_vm_failed, vmop_vm_restart_required
+// and vmop_vm_paused, 8 of
 // vmop_vm_condition_last_transition_timestamp_seconds, and vmop_vm_cpus
-// and vmop_vm_ram_bytes; so a scrape has at most 18 x (number of VMs) + 1
+// and vmop_vm_ram_bytes; so a scrape has at most 20 x (number of VMs) + 1
 // series, the one being vmop_vm_metrics_errors.
 package vmmetrics
 
@@ -63,7 +63,7 @@ func FromListers(listers ...cache.GenericLister) Lister {
 // reason of a VM whose Failed condition is not reported yet.
 const unknown = "Unknown"
 
-// otherReason stands for a Failed reason this version does not know.
+// otherReason stands for a Failed or Paused reason this version does not know.
 const otherReason = "Other"
 
 // states are the values of vmop_vm_state's state label: the Running
@@ -83,11 +83,15 @@ var failureReasons = []string{
 	v1.ReasonNodeAgentMissing,
 }
 
+// pauseReasons are the Paused condition's reasons that keep their name
+// in vmop_vm_paused; any other becomes otherReason.
+var pauseReasons = []string{v1.ReasonNotPaused, v1.ReasonDiskFull, v1.ReasonDiskError, v1.ReasonGuestPanicked}
+
 // conditionTypes are the conditions whose transition times are exported:
 // the operator's and the runner's.
 var conditionTypes = []string{
 	v1.ConditionRunning, v1.ConditionReady, v1.ConditionRestartRequired, v1.ConditionFailed,
-	v1.ConditionSpecWarnings, v1.ConditionBooted, v1.ConditionMediaLoaded,
+	v1.ConditionSpecWarnings, v1.ConditionBooted, v1.ConditionMediaLoaded, v1.ConditionPaused,
 }
 
 var vmLabels = []string{"namespace", "name"}
@@ -118,11 +122,17 @@ var (
 	descRestartRequired = prometheus.NewDesc("vmop_vm_restart_required",
 		"1 while the VM's RestartRequired condition is True (a spec change applies only after a stop and start), else 0.",
 		vmLabels, nil)
+	// descPaused: 1 while qemu holds the guest paused (a full disk, a
+	// disk error, a kernel panic): the VM's pod is running and ready to
+	// the eye, yet its guest does nothing, which an alert should catch.
+	descPaused = prometheus.NewDesc("vmop_vm_paused",
+		"1 while the VM's Paused condition is True (qemu holds the guest), else 0; reason is the condition's reason (NotPaused, DiskFull, DiskError, GuestPanicked, Other; Unknown before the runner reports it).",
+		append(vmLabels, "reason"), nil)
 	// descTransition: when each condition last changed its status, so
 	// that e.g. `time() - vmop_vm_condition_last_transition_timestamp_seconds{condition="Ready"}`
 	// tells how long a VM has been (not) ready.
 	descTransition = prometheus.NewDesc("vmop_vm_condition_last_transition_timestamp_seconds",
-		"Unix time of the last status change of the VM's condition (Running, Ready, RestartRequired, Failed, SpecWarnings, Booted, MediaLoaded); absent until the condition is reported.",
+		"Unix time of the last status change of the VM's condition (Running, Ready, RestartRequired, Failed, SpecWarnings, Booted, MediaLoaded, Paused); absent until the condition is reported.",
 		append(vmLabels, "condition"), nil)
 	// descCPUs and descRAM are what the runner reports the guest has now
 	// (after hot-plug and balloon changes), absent while no runner runs.
@@ -157,7 +167,7 @@ func New(list Lister) *Collector {
 // them against other collectors.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descState, descDesiredState, descFailed, descRestartRequired,
-		descTransition, descCPUs, descRAM, descErrors} {
+		descPaused, descTransition, descCPUs, descRAM, descErrors} {
 		ch <- d
 	}
 }
@@ -209,6 +219,12 @@ func collectVM(ch chan<- prometheus.Metric, vm *unstructured.Unstructured) bool 
 	}
 	ch <- gauge(descFailed, boolValue(apimeta.IsStatusConditionTrue(st.Conditions, v1.ConditionFailed)), ns, name, reason)
 	ch <- gauge(descRestartRequired, boolValue(apimeta.IsStatusConditionTrue(st.Conditions, v1.ConditionRestartRequired)), ns, name)
+
+	pause := unknown
+	if paused := apimeta.FindStatusCondition(st.Conditions, v1.ConditionPaused); paused != nil {
+		pause = oneOf(paused.Reason, pauseReasons, otherReason)
+	}
+	ch <- gauge(descPaused, boolValue(apimeta.IsStatusConditionTrue(st.Conditions, v1.ConditionPaused)), ns, name, pause)
 
 	for _, typ := range conditionTypes {
 		if cd := apimeta.FindStatusCondition(st.Conditions, typ); cd != nil && !cd.LastTransitionTime.IsZero() {

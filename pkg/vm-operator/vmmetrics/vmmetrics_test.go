@@ -49,6 +49,7 @@ status:
   - {type: SpecWarnings, status: "False", reason: NoWarnings, message: "", observedGeneration: 3, lastTransitionTime: "2026-11-20T09:00:00Z"}
   - {type: Booted, status: "True", reason: GuestAgentConnected, message: The guest agent is connected., observedGeneration: 3, lastTransitionTime: "2026-11-20T10:00:41Z"}
   - {type: MediaLoaded, status: "True", reason: MediaLoaded, message: Every CD drive holds the medium its spec names., observedGeneration: 3, lastTransitionTime: "2026-11-20T10:00:41Z"}
+  - {type: Paused, status: "False", reason: NotPaused, message: qemu runs the guest., observedGeneration: 3, lastTransitionTime: "2026-11-20T10:00:02Z"}
 `
 
 // brokenVM fails for a reason this version does not know, and waits for
@@ -95,7 +96,8 @@ var help = map[string]string{
 	"vmop_vm_desired_state":    "Desired state of the VM (spec.vm.state, Stopped when empty): 1 for the desired state, 0 for the other.",
 	"vmop_vm_failed":           "1 while the VM's Failed condition is True, else 0; reason is the condition's reason (NoFailure, InvalidSpec, ApplyFailed, PodCreateFailed, RunnerCrashLoop, QemuFailed, Unschedulable, ImagePullFailed, ContainerCreateFailed, Other; Unknown before it is reported).",
 	"vmop_vm_restart_required": "1 while the VM's RestartRequired condition is True (a spec change applies only after a stop and start), else 0.",
-	"vmop_vm_condition_last_transition_timestamp_seconds": "Unix time of the last status change of the VM's condition (Running, Ready, RestartRequired, Failed, SpecWarnings, Booted, MediaLoaded); absent until the condition is reported.",
+	"vmop_vm_paused":           "1 while the VM's Paused condition is True (qemu holds the guest), else 0; reason is the condition's reason (NotPaused, DiskFull, DiskError, GuestPanicked, Other; Unknown before the runner reports it).",
+	"vmop_vm_condition_last_transition_timestamp_seconds": "Unix time of the last status change of the VM's condition (Running, Ready, RestartRequired, Failed, SpecWarnings, Booted, MediaLoaded, Paused); absent until the condition is reported.",
 	"vmop_vm_cpus":           "vCPUs the VM's runner reports in use (status.cpus); absent while not reported.",
 	"vmop_vm_ram_bytes":      "Guest memory the VM's runner reports in use (status.ram), in bytes; absent while not reported.",
 	"vmop_vm_metrics_errors": "Errors in computing the per-VM metrics of this scrape: 1 when the VM list could not be read (then there are no per-VM series), else the number of VMs whose status could not be read (their state is Unknown).",
@@ -160,6 +162,9 @@ vmop_vm_failed{name="fresh",namespace="dev",reason="Unknown"} 0
 vmop_vm_restart_required{name="web",namespace="prod"} 0
 vmop_vm_restart_required{name="broken",namespace="dev"} 1
 vmop_vm_restart_required{name="fresh",namespace="dev"} 0
+vmop_vm_paused{name="web",namespace="prod",reason="NotPaused"} 0
+vmop_vm_paused{name="broken",namespace="dev",reason="Unknown"} 0
+vmop_vm_paused{name="fresh",namespace="dev",reason="Unknown"} 0
 vmop_vm_condition_last_transition_timestamp_seconds{condition="Running",name="web",namespace="prod"} 1795168800
 vmop_vm_condition_last_transition_timestamp_seconds{condition="Ready",name="web",namespace="prod"} 1795168805
 vmop_vm_condition_last_transition_timestamp_seconds{condition="RestartRequired",name="web",namespace="prod"} 1795165200
@@ -167,6 +172,7 @@ vmop_vm_condition_last_transition_timestamp_seconds{condition="Failed",name="web
 vmop_vm_condition_last_transition_timestamp_seconds{condition="SpecWarnings",name="web",namespace="prod"} 1795165200
 vmop_vm_condition_last_transition_timestamp_seconds{condition="Booted",name="web",namespace="prod"} 1795168841
 vmop_vm_condition_last_transition_timestamp_seconds{condition="MediaLoaded",name="web",namespace="prod"} 1795168841
+vmop_vm_condition_last_transition_timestamp_seconds{condition="Paused",name="web",namespace="prod"} 1795168802
 vmop_vm_condition_last_transition_timestamp_seconds{condition="Running",name="broken",namespace="dev"} 1795249800
 vmop_vm_condition_last_transition_timestamp_seconds{condition="Ready",name="broken",namespace="dev"} 1795249800
 vmop_vm_condition_last_transition_timestamp_seconds{condition="RestartRequired",name="broken",namespace="dev"} 1795249800
@@ -190,6 +196,25 @@ func TestKnownFailureReasonKeepsItsName(t *testing.T) {
 	require.NoError(t, unstructured.SetNestedSlice(crashy.Object, conds, "status", "conditions"))
 	want := exposition(`vmop_vm_failed{name="broken",namespace="dev",reason="QemuFailed"} 1`)
 	require.NoError(t, testutil.CollectAndCompare(New(static(crashy)), strings.NewReader(want), "vmop_vm_failed"))
+}
+
+// A guest that qemu holds (here on a full disk) shows, and a pause reason
+// of a later version is Other.
+func TestPausedVM(t *testing.T) {
+	web := vm(t, webVM)
+	conds, _, err := unstructured.NestedSlice(web.Object, "status", "conditions")
+	require.NoError(t, err)
+	paused := conds[len(conds)-1].(map[string]any)
+	require.Equal(t, v1.ConditionPaused, paused["type"])
+	paused["status"], paused["reason"] = "True", v1.ReasonDiskFull
+	require.NoError(t, unstructured.SetNestedSlice(web.Object, conds, "status", "conditions"))
+	want := exposition(`vmop_vm_paused{name="web",namespace="prod",reason="DiskFull"} 1`)
+	require.NoError(t, testutil.CollectAndCompare(New(static(web)), strings.NewReader(want), "vmop_vm_paused"))
+
+	paused["reason"] = "Migrating"
+	require.NoError(t, unstructured.SetNestedSlice(web.Object, conds, "status", "conditions"))
+	want = exposition(`vmop_vm_paused{name="web",namespace="prod",reason="Other"} 1`)
+	require.NoError(t, testutil.CollectAndCompare(New(static(web)), strings.NewReader(want), "vmop_vm_paused"))
 }
 
 func TestUnknownPhaseIsUnknownState(t *testing.T) {

@@ -40,17 +40,14 @@ import (
 const FieldManager = "vm-runner"
 
 // Reasons of the conditions the runner writes (v1.ConditionBooted,
-// v1.ConditionMediaLoaded, v1.ConditionPaused). Running, Ready and RestartRequired are the
-// operator's, which sees the pod; the guest agent only the runner sees.
+// v1.ConditionMediaLoaded; v1.ConditionPaused's are in pkg/api/v1).
+// Running, Ready and RestartRequired are the operator's, which sees the
+// pod; the guest agent only the runner sees.
 const (
 	ReasonGuestAgentConnected    = "GuestAgentConnected"
 	ReasonGuestAgentNotConnected = "GuestAgentNotConnected"
 
 	ReasonMediaLoaded     = "MediaLoaded"
-	ReasonNotPaused       = "NotPaused"
-	ReasonDiskFull        = runner.ReasonDiskFull
-	ReasonDiskError       = runner.ReasonDiskError
-	ReasonGuestPanicked   = runner.ReasonGuestPanicked
 	ReasonMediumFailed    = runner.ReasonMediumUnavailable
 	ReasonMediumWaitsTray = runner.ReasonWaitingForTray
 )
@@ -590,16 +587,16 @@ func mediaCondition(ps []runner.CDProblem) metav1.Condition {
 // what to do.
 func pausedCondition(s runner.Status) metav1.Condition {
 	if s.GuestPanic {
-		return metav1.Condition{Type: v1.ConditionPaused, Status: metav1.ConditionTrue, Reason: ReasonGuestPanicked, Message: runner.GuestPanicMessage + "."}
+		return metav1.Condition{Type: v1.ConditionPaused, Status: metav1.ConditionTrue, Reason: v1.ReasonGuestPanicked, Message: runner.GuestPanicMessage + "."}
 	}
 	p := s.DiskPause
 	if p == nil {
-		return metav1.Condition{Type: v1.ConditionPaused, Status: metav1.ConditionFalse, Reason: ReasonNotPaused,
+		return metav1.Condition{Type: v1.ConditionPaused, Status: metav1.ConditionFalse, Reason: v1.ReasonNotPaused,
 			Message: "No disk error holds the guest paused."}
 	}
-	reason := ReasonDiskError
+	reason := v1.ReasonDiskError
 	if p.NoSpace {
-		reason = ReasonDiskFull
+		reason = v1.ReasonDiskFull
 	}
 	return metav1.Condition{Type: v1.ConditionPaused, Status: metav1.ConditionTrue, Reason: reason, Message: p.String() + "."}
 }

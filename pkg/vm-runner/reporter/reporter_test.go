@@ -96,7 +96,7 @@ func TestReporter(t *testing.T) {
 		require.Equal(t, ReasonGuestAgentNotConnected, booted.Reason)
 		require.Equal(t, gen, booted.ObservedGeneration)
 		require.Equal(t, metav1.ConditionTrue, condition(t, st, v1.ConditionMediaLoaded).Status)
-		require.Equal(t, ReasonNotPaused, condition(t, st, v1.ConditionPaused).Reason)
+		require.Equal(t, v1.ReasonNotPaused, condition(t, st, v1.ConditionPaused).Reason)
 		// Running and RestartRequired are the operator's conditions.
 		require.Len(t, st.Conditions, 3)
 
@@ -108,7 +108,7 @@ func TestReporter(t *testing.T) {
 			return condition(t, st, v1.ConditionPaused).Status == metav1.ConditionTrue
 		})
 		paused := condition(t, st, v1.ConditionPaused)
-		require.Equal(t, ReasonDiskFull, paused.Reason)
+		require.Equal(t, v1.ReasonDiskFull, paused.Reason)
 		require.Contains(t, paused.Message, "disk disk1 (spec.vm.disks[2]) is full (No space left on device)")
 		require.Contains(t, paused.Message, "free space on its volume or grow its claim")
 		r.Report(ctx, runner.Status{Running: true, CPUs: 2, RAM: 4 * gib, Accelerator: "tcg", ConsoleClient: "192.168.1.20",

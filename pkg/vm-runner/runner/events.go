@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 )
 
@@ -77,15 +78,15 @@ const (
 	ReasonQemuHung = "QemuHung"
 	// ReasonDiskFull (warning): a disk's volume is full; qemu paused the
 	// guest rather than fail its writes.
-	ReasonDiskFull = "DiskFull"
+	ReasonDiskFull = v1.ReasonDiskFull
 	// ReasonDiskError (warning): a disk's read or write failed otherwise;
 	// qemu paused the guest.
-	ReasonDiskError = "DiskError"
+	ReasonDiskError = v1.ReasonDiskError
 	// ReasonDiskResumed: the guest paused on a disk's error goes on.
 	ReasonDiskResumed = "DiskResumed"
 	// ReasonGuestPanicked (warning): the guest's kernel panicked; qemu
 	// holds it paused, not restarted.
-	ReasonGuestPanicked = "GuestPanicked"
+	ReasonGuestPanicked = v1.ReasonGuestPanicked
 )
 
 // The actions of the runner's events.
