@@ -10,7 +10,7 @@ import (
 // as it decides what runs in the container: the agent acts only for a
 // container of one of these shapes (Containers), whose image is vmop's
 // runner. Those parts of the container the description leaves out are
-// fixed for all (see Env, Mounts, ProbeCommand).
+// fixed for all (see Env, Mounts, ReadinessCommand).
 type Container struct {
 	// Name says which container it is, in the agent's refusals.
 	Name string
@@ -33,9 +33,13 @@ var Containers = []Container{
 	{Name: "uploader", Command: []string{"vm-runner", "disk", "wait"}, Scratch: true},
 }
 
-// ProbeCommand is the one command a probe of such a container may run
-// (the runner's readiness): any other runs with the container's devices.
-var ProbeCommand = []string{"vm-runner", "probe"}
+// ReadinessCommand and LivenessCommand are the commands a probe of such a
+// container may run (the runner's readiness and liveness, as pkg/render
+// sets them): any other runs with the container's devices.
+var (
+	ReadinessCommand = []string{"vm-runner", "probe"}
+	LivenessCommand  = []string{"vm-runner", "probe", "--live"}
+)
 
 // Env is the whole environment such a container is given (PATH,
 // LD_PRELOAD and the like would choose what qemu runs).

@@ -61,7 +61,7 @@ const (
 // Version names the rendering rules. It is part of every hash, so it must
 // change whenever the output for the same input changes; the golden tests
 // fail until it does.
-const Version = "17"
+const Version = "18"
 
 // Names of containers, volumes and ports in the pod.
 const (
@@ -539,10 +539,24 @@ func (r *renderer) container() corev1.Container {
 		// a failure counts as failing until its VM runs again, and the
 		// StatefulSet's readyReplicas (GitOps tools' health) means a VM.
 		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"vm-runner", "probe"}}},
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: nodeagent.ReadinessCommand}},
 			PeriodSeconds:    5,
 			TimeoutSeconds:   5,
 			FailureThreshold: 2,
+		},
+		// A runner that stops answering (stopped, or its loop stuck for
+		// minutes) cannot manage or shut down its VM: after three probes
+		// without an answer the kubelet kills it (the probe's short grace:
+		// it would not act on SIGTERM) and starts the VM again, and its
+		// Unhealthy event says why (the probe's own 5 s timeout ends
+		// first). The delay covers qemu's start, before the runner answers.
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler:                  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: nodeagent.LivenessCommand}},
+			InitialDelaySeconds:           60,
+			PeriodSeconds:                 10,
+			TimeoutSeconds:                10,
+			FailureThreshold:              3,
+			TerminationGracePeriodSeconds: ptr.To[int64](10),
 		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: VolumeConfig, MountPath: runnerconfig.ConfigDir, ReadOnly: true},

@@ -201,5 +201,25 @@ func TestFaults(t *testing.T) {
 			return "kubectl vm status:\n" + out
 		})
 	})
+	// A runner that stops answering (SIGSTOP; a loop stuck for minutes
+	// alike) fails its liveness probe: the kubelet kills it and starts
+	// the VM again, and the pod's Unhealthy event, in kubectl vm status,
+	// says why.
+	t.Run("runner stopped", func(t *testing.T) {
+		runner, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		stopped := time.Now()
+		require.NoError(t, syscall.Kill(runner, syscall.SIGSTOP))
+		waitConsole(t, ns, vm, testguest.BootPrefix+"4", 3*time.Minute)
+		t.Logf("runner stopped: the guest booted again %.0f s after the runner was stopped", time.Since(stopped).Seconds())
+		eventually.Within(t, time.Minute, func() string {
+			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
+			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 3 times") &&
+				strings.Contains(out, "Liveness probe failed: not alive: no runner answers") {
+				return ""
+			}
+			return "kubectl vm status:\n" + out
+		})
+	})
 	deleteVM(t, ns, vm)
 }

@@ -149,6 +149,10 @@ func TestTrustPod(t *testing.T) {
 		}, "container runner of pod ns/vm-0 has a working directory or lifecycle hooks"},
 		"probe": {func(p *corev1.Pod) { container(p, "runner").ReadinessProbe.Exec.Command = []string{"/x"} },
 			`container runner of pod ns/vm-0 has a probe that runs ["/x"]`},
+		"liveness probe": {func(p *corev1.Pod) {
+			container(p, "runner").LivenessProbe.Exec.Command = []string{"vm-runner", "probe", "--live", "; sh"}
+		},
+			`container runner of pod ns/vm-0 has a probe that runs ["vm-runner" "probe" "--live" "; sh"]`},
 		"mount over the programs": {func(p *corev1.Pod) {
 			c := container(p, "runner")
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "runner-data", MountPath: "/usr/bin"})

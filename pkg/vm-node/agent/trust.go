@@ -154,7 +154,7 @@ func (a *Agent) trustContainer(c corev1.Container, volumes map[string]corev1.Vol
 		return errors.New("has a working directory or lifecycle hooks, which vmop does not set")
 	}
 	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
-		if p != nil && p.Exec != nil && !slices.Equal(p.Exec.Command, nodeagent.ProbeCommand) {
+		if p != nil && p.Exec != nil && !slices.Equal(p.Exec.Command, nodeagent.ReadinessCommand) && !slices.Equal(p.Exec.Command, nodeagent.LivenessCommand) {
 			return fmt.Errorf("has a probe that runs %q", p.Exec.Command)
 		}
 	}

@@ -152,20 +152,26 @@ func addConfigFlag(f *pflag.FlagSet, config *string) {
 
 func newProbeCmd() *cobra.Command {
 	o := &runOptions{}
+	var live bool
 	cmd := &cobra.Command{
-		Use:   "probe [-c config.yaml]",
-		Short: "Exit 0 while the VM runs (the runner container's readiness probe)",
+		Use:   "probe [-c config.yaml] [--live]",
+		Short: "Exit 0 while the VM runs (the runner container's readiness probe), or with --live while the runner answers (its liveness probe)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := runner.Probe(ctx, o.config); err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "not ready:", err)
+			if err := runner.Probe(ctx, o.config, live); err != nil {
+				what := "not ready:"
+				if live {
+					what = "not alive:"
+				}
+				fmt.Fprintln(cmd.ErrOrStderr(), what, err)
 				return exit(runnerconfig.ExitFailed, nil)
 			}
 			return nil
 		},
 	}
 	o.addFlags(cmd.Flags())
+	cmd.Flags().BoolVar(&live, "live", false, "ask whether the runner answers and its loop turns, not whether the VM runs")
 	usageCode(cmd, runnerconfig.ExitConfig)
 	return cmd
 }

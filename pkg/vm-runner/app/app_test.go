@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -39,9 +40,11 @@ func TestFlags(t *testing.T) {
 		"config": config, "template-dir": "[]", "qemu": "qemu-system-x86_64", "swtpm": "swtpm",
 		"spice-address": "0.0.0.0", "debug": "false",
 	}
+	withLive := maps.Clone(runFlags)
+	withLive["live"] = "false"
 	for path, want := range map[string]map[string]string{
 		"":        runFlags,
-		"probe":   runFlags,
+		"probe":   withLive,
 		"check":   runFlags,
 		"serial":  {"config": config, "follow": "false", "attach": "false", "who": "", "until-stdin-closes": "false"},
 		"connect": {"config": config, "port": "0"},

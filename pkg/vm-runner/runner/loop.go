@@ -76,6 +76,9 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 		stopTimer = stopTimerT.C
 	}
 	bg := context.WithoutCancel(ctx)
+	beat := time.NewTicker(r.loopBeat)
+	defer beat.Stop()
+	r.beat.Store(time.Now().UnixNano())
 	for {
 		if cdRetryC == nil && len(r.live.pendingCDs) > 0 && !stopping {
 			cdRetryC = time.After(cdRetry)
@@ -84,6 +87,8 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 			diskRetryC = time.After(r.diskRetry)
 		}
 		select {
+		case now := <-beat.C:
+			r.beat.Store(now.UnixNano())
 		case <-sigterm:
 			sigterm = nil
 			stopping, stopStarted = true, time.Now()

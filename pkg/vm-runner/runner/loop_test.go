@@ -2,6 +2,8 @@ package runner
 
 import (
 	"errors"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/test/harness/eventually"
 )
 
 // The unit tests of the shutdown and of the runner's exit: the loop
@@ -129,6 +132,41 @@ func TestQemuCrashes(t *testing.T) {
 	require.Equal(t, "qemu killed by signal 9 (killed) without a guest shutdown; its last words: "+fakeQemuWords, exited.Message)
 	s := v.rec.last()
 	require.False(t, s.Running || s.Booted)
+}
+
+// TestLoopStuck: a runner whose loop waits on qemu for longer than
+// loopStale (here a live change sent to a qemu that stopped answering,
+// with the watchdog not running) fails its liveness probe, saying why;
+// its readiness is not what tells.
+func TestLoopStuck(t *testing.T) {
+	c := baseConfig(t.TempDir())
+	v := newTestVM(t, c)
+	v.r.loopBeat, v.r.loopStale = 20*time.Millisecond, 500*time.Millisecond
+	require.NoError(t, os.MkdirAll(v.r.runtimeDir, 0o700))
+	stop, err := v.r.serveProbe()
+	require.NoError(t, err)
+	defer stop()
+	v.run()
+	probe := func() error { return Probe(t.Context(), v.r.opts.ConfigFile, true) }
+	eventually.Succeeds(t, 5*time.Second, probe)
+
+	v.q.hang()
+	c.VM.CurrentCPUs = 3
+	v.writeConfig(c)
+	eventually.Succeeds(t, 10*time.Second, func() error {
+		err := probe()
+		if err == nil {
+			return errors.New("the liveness probe passes while the loop waits on qemu")
+		}
+		if !strings.Contains(err.Error(), "the runner's loop has not turned for ") {
+			return err
+		}
+		return nil
+	})
+	require.ErrorContains(t, probe(), "it is stuck, and the VM cannot be managed")
+	// qemu's end frees the loop.
+	require.NoError(t, syscall.Kill(v.q.proc.cmd.Process.Pid, syscall.SIGKILL))
+	require.Equal(t, runnerconfig.ExitCrashed, exitCode(t, v.result()))
 }
 
 // TestQemuHangs: a qemu that stops answering its monitor (SIGSTOP here)

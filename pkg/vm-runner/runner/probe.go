@@ -19,8 +19,18 @@ import (
 // socket, so nothing is exposed on the (often host) network.
 func probeSocket(runtimeDir string) string { return filepath.Join(runtimeDir, "runner.sock") }
 
-// serveProbe answers GET /readyz with 200 while the VM runs, POST
-// /connect (see serveConnect) and POST /display-password (servePassword).
+const (
+	// loopBeat is how often the loop notes that it turns.
+	loopBeat = 10 * time.Second
+	// loopStale is how long the loop may not turn before the liveness
+	// probe fails: long, since the loop may wait on a qemu whose monitor
+	// stalls for a minute or more (watchQemu's qmpMisses).
+	loopStale = 5 * time.Minute
+)
+
+// serveProbe answers GET /readyz with 200 while the VM runs, GET /livez
+// while the loop turns, POST /connect (see serveConnect) and POST
+// /display-password (servePassword).
 func (r *Runner) serveProbe() (stop func(), err error) {
 	sock := probeSocket(r.runtimeDir)
 	_ = os.Remove(sock)
@@ -40,6 +50,16 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		if last := r.beat.Load(); last != 0 {
+			if since := time.Since(time.Unix(0, last)); since > r.loopStale {
+				http.Error(w, fmt.Sprintf("the runner's loop has not turned for %s: it is stuck, and the VM cannot be managed", since.Round(time.Second)),
+					http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
 	mux.HandleFunc("POST /connect", r.serveConnect)
 	mux.HandleFunc("POST /display-password", r.servePassword)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Second}
@@ -48,9 +68,15 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 }
 
 // Probe asks the runner of the VM configured in configFile whether its VM
-// runs: the readiness check of the pod (vm-runner probe).
-func Probe(ctx context.Context, configFile string) error {
-	resp, _, err := askRunner(ctx, configFile, http.MethodGet, "/readyz", nil)
+// runs: the readiness check of the pod (vm-runner probe); with live,
+// whether the runner answers and its loop turns: the liveness check
+// (vm-runner probe --live).
+func Probe(ctx context.Context, configFile string, live bool) error {
+	path := "/readyz"
+	if live {
+		path = "/livez"
+	}
+	resp, _, err := askRunner(ctx, configFile, http.MethodGet, path, nil)
 	if err != nil {
 		return err
 	}

@@ -86,9 +86,12 @@ type Runner struct {
 	// address; nil without one.
 	podNet *podnet.Network
 	podMAC string
-	// diskRetry, diskSettle and qmpPing are the constants' values but in
-	// tests.
-	diskRetry, diskSettle, qmpPing time.Duration
+	// diskRetry, diskSettle, qmpPing, loopBeat and loopStale are the
+	// constants' values but in tests.
+	diskRetry, diskSettle, qmpPing, loopBeat, loopStale time.Duration
+	// beat is when the loop last turned (Unix nanoseconds), for the
+	// liveness probe; 0 before the loop runs.
+	beat atomic.Int64
 	// hung says why watchQemu killed qemu; nil unless it did.
 	hung atomic.Pointer[string]
 	// paused says why qemu holds the guest paused, for the readiness
@@ -128,6 +131,7 @@ func New(opts Options) (*Runner, error) {
 		config:    c,
 		passwords: make(chan passwordRequest),
 		diskRetry: diskRetry, diskSettle: diskSettle, qmpPing: qmpPing,
+		loopBeat: loopBeat, loopStale: loopStale,
 	}
 	r.dataDir, r.runtimeDir = DataDir(c), RuntimeDir(c)
 	return r, nil
