@@ -46,6 +46,9 @@ const FieldManager = "vm-runner"
 const (
 	ReasonGuestAgentConnected    = "GuestAgentConnected"
 	ReasonGuestAgentNotConnected = "GuestAgentNotConnected"
+	// ReasonBootOverdue: the agent has not connected within the runner's
+	// wait; the message says what to look at.
+	ReasonBootOverdue = runner.ReasonBootOverdue
 
 	ReasonMediaLoaded     = "MediaLoaded"
 	ReasonMediumFailed    = runner.ReasonMediumUnavailable
@@ -539,6 +542,9 @@ func guestStatus(g guestagent.Info) map[string]any {
 func (r *Reporter) conditionList(s runner.Status) []any {
 	booted := cond(v1.ConditionBooted, s.Booted, ReasonGuestAgentConnected, "The guest agent is connected.",
 		ReasonGuestAgentNotConnected, "The guest agent is not connected.")
+	if !s.Booted && s.BootOverdue > 0 {
+		booted.Reason, booted.Message = ReasonBootOverdue, runner.BootOverdueMessage(s.BootOverdue)+"."
+	}
 	var list []any
 	for _, c := range []metav1.Condition{booted, mediaCondition(s.CDProblems), pausedCondition(s)} {
 		list = append(list, r.conditionObject(c, r.generation, r.conditions))
@@ -611,7 +617,7 @@ func cond(typ string, on bool, trueReason, trueMsg, falseReason, falseMsg string
 // sameStatus compares what the reporter writes of two statuses; Running
 // and RestartRequired are the operator's to report.
 func sameStatus(a, b runner.Status) bool {
-	return a.Booted == b.Booted && a.CPUs == b.CPUs && a.RAM == b.RAM && a.Accelerator == b.Accelerator &&
+	return a.Booted == b.Booted && a.BootOverdue == b.BootOverdue && a.CPUs == b.CPUs && a.RAM == b.RAM && a.Accelerator == b.Accelerator &&
 		a.ConsoleClient == b.ConsoleClient && a.DisplayPasswordSerial == b.DisplayPasswordSerial &&
 		reflect.DeepEqual(a.Guest, b.Guest) && slices.Equal(a.CDProblems, b.CDProblems) &&
 		reflect.DeepEqual(a.DiskPause, b.DiskPause) && a.GuestPanic == b.GuestPanic

@@ -117,6 +117,16 @@ func TestReporter(t *testing.T) {
 			return condition(t, st, v1.ConditionPaused).Status == metav1.ConditionFalse
 		})
 
+		// A boot that takes too long says so, and what to look at.
+		r.Report(ctx, runner.Status{Running: true, CPUs: 2, RAM: 4 * gib, BootOverdue: 10 * time.Minute})
+		st = e.waitStatus(t, "default", "fields", func(st *v1.VirtualMachineStatus) bool {
+			return condition(t, st, v1.ConditionBooted).Reason == ReasonBootOverdue
+		})
+		booted = condition(t, st, v1.ConditionBooted)
+		require.Equal(t, metav1.ConditionFalse, booted.Status)
+		require.Contains(t, booted.Message, "has not connected in the 10m0s since the guest started")
+		require.Contains(t, booted.Message, "kubectl vm console shows its screen")
+
 		// The runner's fields belong to its field manager, on the status.
 		var owned bool
 		for _, mf := range e.getVM(t, "default", "fields").GetManagedFields() {

@@ -42,6 +42,9 @@ const (
 	// ReasonBooted: the guest agent answers, so the guest's OS is up; the
 	// message names the OS when the agent tells it.
 	ReasonBooted = "Booted"
+	// ReasonBootOverdue (warning): the guest agent has not connected
+	// within bootWait of the guest's start; the guest is left running.
+	ReasonBootOverdue = "BootOverdue"
 	// ReasonCPUsChanged: a live change plugged or unplugged CPUs; an
 	// unplug counts once the guest has let the CPU go.
 	ReasonCPUsChanged = "CPUsChanged"

@@ -371,15 +371,26 @@ func TestGuestReset(t *testing.T) {
 	}
 }
 
-// TestGuestPanic: a guest whose kernel panics is held paused as it was
-// (pvpanic, -action panic=pause), not rebooted in a loop; the status and
-// one warning say so and what to do; a reset boots it again, and a stop
-// of a panicked guest does not wait for powerdownTimeout.
-func TestGuestPanic(t *testing.T) {
+// TestGuestHangs: a guest whose agent does not connect (stuck in its
+// boot, or without an agent, as this one) is told of once and left
+// running. A guest whose kernel panics is held paused as it was (pvpanic,
+// -action panic=pause), not rebooted in a loop; the status and one
+// warning say so and what to do; a reset boots it again, and a stop of a
+// panicked guest does not wait for powerdownTimeout.
+func TestGuestHangs(t *testing.T) {
 	v := newGuestVM(t, guestVM)
 	rec := &eventRecorder{}
-	result, stop := v.runInProcess(rec)
+	result, stop := v.runInProcess(rec, func(r *runner.Runner) { runner.SetBootWait(r, 2*time.Second) })
 	v.waitConsole(testguest.ReadyLine, 90*time.Second)
+
+	overdue := rec.wait(t, runner.ReasonBootOverdue)
+	require.True(t, overdue.Warning)
+	require.Equal(t, runner.BootOverdueMessage(2*time.Second), overdue.Message)
+	_, ok := rec.Find(0, func(s runner.Status) bool { return s.Running && s.BootOverdue == 2*time.Second })
+	require.True(t, ok, "no status with the overdue boot")
+	time.Sleep(3 * time.Second)
+	require.Equal(t, 1, rec.count(runner.ReasonBootOverdue), "told of the overdue boot again")
+	require.Equal(t, 1, v.consoleCount(testguest.ReadyLine), "the guest was started again")
 	conn, err := serialconsole.Dial(t.Context(), filepath.Join(v.runtime, serialconsole.ClientSocket), serialconsole.ModeAttach, "tester")
 	require.NoError(t, err)
 	_, err = io.WriteString(conn, testguest.PanicLine+"\r")
@@ -389,7 +400,7 @@ func TestGuestPanic(t *testing.T) {
 	e := rec.wait(t, runner.ReasonGuestPanicked)
 	require.True(t, e.Warning)
 	require.Equal(t, runner.GuestPanicMessage, e.Message)
-	_, ok := rec.Find(0, func(s runner.Status) bool { return s.GuestPanic })
+	_, ok = rec.Find(0, func(s runner.Status) bool { return s.GuestPanic })
 	require.True(t, ok, "no status with the panic")
 	time.Sleep(3 * time.Second)
 	require.Equal(t, 1, v.consoleCount(testguest.ReadyLine), "the panicked guest booted again by itself")

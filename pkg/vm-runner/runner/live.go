@@ -43,6 +43,9 @@ type liveState struct {
 	// one was reported.
 	openWarned     bool
 	agentConnected bool
+	// agentChanges counts the agent's connections and disconnections, so
+	// that a boot wait armed before one is not taken for the current.
+	agentChanges int
 	// bootTold: the Booted event went out for the agent's connection.
 	bootTold bool
 	// ramChanging: a live change of the RAM waits for the balloon to
@@ -479,8 +482,10 @@ func (r *Runner) handleEvent(ctx context.Context, ev qmp.Event) {
 	case qmp.EventVserportChange:
 		if id, _ := ev.Data["id"].(string); id == "guest-agent" {
 			l.agentConnected, _ = ev.Data["open"].(bool)
+			l.agentChanges++
 			l.bootTold = false
 			r.status.Booted = l.agentConnected
+			r.status.BootOverdue = 0
 			if l.agentConnected && !l.stopping {
 				r.guest.start(ctx, r)
 			} else {

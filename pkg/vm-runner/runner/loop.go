@@ -31,6 +31,10 @@ const (
 	// cdRetry is how often a CD change that waits for the guest's tray
 	// asks again.
 	cdRetry = 2 * time.Second
+	// bootWait is how long a guest may run before its agent connects
+	// without a warning (BootOverdue): a Debian guest's agent connects
+	// within a minute under TCG, a Windows installation's takes longer.
+	bootWait = 10 * time.Minute
 )
 
 // watchConfig watches the config directory: a ConfigMap volume replaces
@@ -64,6 +68,8 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 		cdRetryC                <-chan time.Time // armed while a CD change waits for the guest's tray
 		diskRetryC, diskSettleC <-chan time.Time // armed while the guest is paused on a disk's error
 		diskErrors              int              // at the last retry
+		bootC                   <-chan time.Time // armed while the guest agent is not connected
+		bootArmed               int              // r.live.agentChanges when bootC was armed
 		guestShutdown, forced   bool
 		stopTimerT, killTimerT  *time.Timer
 	)
@@ -85,6 +91,9 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 		}
 		if diskRetryC == nil && diskSettleC == nil && r.status.DiskPause != nil {
 			diskRetryC = time.After(r.diskRetry)
+		}
+		if bootC == nil && !r.live.agentConnected && r.status.BootOverdue == 0 && !stopping {
+			bootC, bootArmed = time.After(r.bootWait), r.live.agentChanges
 		}
 		select {
 		case now := <-beat.C:
@@ -159,6 +168,12 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 			if !stopping {
 				r.live.retryCDs(bg)
 			}
+		case <-bootC:
+			bootC = nil
+			// Re-armed above while the agent stays away since a change.
+			if bootArmed == r.live.agentChanges && !r.live.agentConnected && !stopping && !r.status.GuestPanic {
+				r.bootOverdue(bg)
+			}
 		case <-diskRetryC:
 			diskRetryC = nil
 			diskErrors = r.retryDisk(bg)
@@ -188,6 +203,18 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 			}
 		}
 	}
+}
+
+// bootOverdue tells that the guest agent has not connected within
+// r.bootWait: a guest stuck in its boot, or one without an agent. Either
+// way the guest is left running: a restart would not help the one and
+// would harm the other.
+func (r *Runner) bootOverdue(ctx context.Context) {
+	r.status.BootOverdue = r.bootWait
+	msg := BootOverdueMessage(r.bootWait)
+	r.log.Warn(msg)
+	r.event(ctx, Event{Warning: true, Reason: ReasonBootOverdue, Action: actionBoot, Message: msg})
+	r.report(ctx)
 }
 
 // isGuestShutdown tells whether ev is the guest's shutdown: it ends qemu

@@ -86,9 +86,9 @@ type Runner struct {
 	// address; nil without one.
 	podNet *podnet.Network
 	podMAC string
-	// diskRetry, diskSettle, qmpPing, loopBeat and loopStale are the
-	// constants' values but in tests.
-	diskRetry, diskSettle, qmpPing, loopBeat, loopStale time.Duration
+	// diskRetry, diskSettle, qmpPing, loopBeat, loopStale and bootWait
+	// are the constants' values but in tests.
+	diskRetry, diskSettle, qmpPing, loopBeat, loopStale, bootWait time.Duration
 	// beat is when the loop last turned (Unix nanoseconds), for the
 	// liveness probe; 0 before the loop runs.
 	beat atomic.Int64
@@ -131,7 +131,7 @@ func New(opts Options) (*Runner, error) {
 		config:    c,
 		passwords: make(chan passwordRequest),
 		diskRetry: diskRetry, diskSettle: diskSettle, qmpPing: qmpPing,
-		loopBeat: loopBeat, loopStale: loopStale,
+		loopBeat: loopBeat, loopStale: loopStale, bootWait: bootWait,
 	}
 	r.dataDir, r.runtimeDir = DataDir(c), RuntimeDir(c)
 	return r, nil

@@ -541,11 +541,14 @@ func readFile(t *testing.T, path string) string {
 // runInProcess runs the runner in the test's process, reporting to rec,
 // until the test ends or calls stop (SIGTERM); the channel gets Run's
 // result.
-func (v *vm) runInProcess(rec runner.Reporter) (<-chan error, func()) {
+func (v *vm) runInProcess(rec runner.Reporter, set ...func(*runner.Runner)) (<-chan error, func()) {
 	v.t.Helper()
 	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")}})
 	require.NoError(v.t, err)
 	r.UseReporter(rec)
+	for _, s := range set {
+		s(r)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	result := make(chan error, 1)

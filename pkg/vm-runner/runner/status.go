@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 )
@@ -13,6 +14,10 @@ type Status struct {
 	Running bool
 	// Booted: the guest agent is connected.
 	Booted bool
+	// BootOverdue is how long the guest has run without its agent
+	// connecting, once that is longer than the runner waits (bootWait);
+	// zero before, and once the agent connects.
+	BootOverdue time.Duration
 	// Guest is what the guest agent reports; zero while it is not connected.
 	Guest guestagent.Info
 	CPUs  int
@@ -32,6 +37,14 @@ type Status struct {
 	// GuestPanic: the guest's kernel panicked and qemu holds it paused
 	// until a reset or a stop.
 	GuestPanic bool
+}
+
+// BootOverdueMessage says why the guest is not booted after d, and what
+// to look at.
+func BootOverdueMessage(d time.Duration) string {
+	return fmt.Sprintf("The guest agent has not connected in the %s since the guest started: the guest may be stuck in its boot "+
+		"(kubectl vm console shows its screen, kubectl vm logs its serial console) or run no guest agent (qemu-guest-agent); "+
+		"it is left running, not restarted", d)
 }
 
 // CDProblem is a CD drive without the medium the config names: it could
