@@ -169,6 +169,21 @@ func TestLoopStuck(t *testing.T) {
 	require.Equal(t, runnerconfig.ExitCrashed, exitCode(t, v.result()))
 }
 
+// TestQemuDeadlocks: a qemu that sleeps and never answers (deadlocked)
+// is killed after qmpDeadMisses asks.
+func TestQemuDeadlocks(t *testing.T) {
+	v := newTestVM(t, baseConfig(t.TempDir()))
+	v.r.qmpPing = 20 * time.Millisecond
+	v.run()
+	go v.r.watchQemu(t.Context())
+	v.q.hang()
+	err := v.result()
+	require.Equal(t, runnerconfig.ExitCrashed, exitCode(t, err))
+	require.Equal(t, "qemu did not answer its monitor for 600ms (deadlocked, or busy for too long): it was killed", errors.Unwrap(err).Error())
+	require.Contains(t, v.rec.waitEvent(t, ReasonQemuHung, 1).Message, "for 600ms (deadlocked")
+	require.Contains(t, v.log.String(), "left running for now")
+}
+
 // TestQemuHangs: a qemu that stops answering its monitor (SIGSTOP here)
 // is killed after qmpMisses asks, and the runner exits with why, so that
 // the kubelet starts the VM again.

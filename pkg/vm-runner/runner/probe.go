@@ -24,8 +24,9 @@ const (
 	loopBeat = 10 * time.Second
 	// loopStale is how long the loop may not turn before the liveness
 	// probe fails: long, since the loop may wait on a qemu whose monitor
-	// stalls for a minute or more (watchQemu's qmpMisses).
-	loopStale = 5 * time.Minute
+	// stalls for minutes; longer than watchQemu takes to kill a qemu that
+	// never answers again (qmpDeadMisses), which then tells why.
+	loopStale = 6 * time.Minute
 )
 
 // serveProbe answers GET /readyz with 200 while the VM runs, GET /livez

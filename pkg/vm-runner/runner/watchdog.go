@@ -18,14 +18,19 @@ const (
 	// monitor unanswered for minutes (a TPM command waiting for swtpm
 	// under TCG holds its main loop) and is healthy.
 	qmpMisses = 6
+	// qmpDeadMisses unanswered asks in a row make qemu hung whatever its
+	// state: a deadlocked qemu sleeps (seen under TCG: the SPICE display's
+	// refresh waiting on the vCPU while the vCPU, resetting virtio-gpu,
+	// waits on the main loop), and would hold its guest forever.
+	qmpDeadMisses = 30
 )
 
 // watchQemu asks qemu over its monitor every r.qmpPing; after qmpMisses
 // asks in a row without an answer, a qemu that is stopped (SIGSTOP) or
-// stuck in the kernel (state D) is hung, its guest lost either way, and
-// is killed, so that the runner exits and the kubelet starts the VM
-// again. A guest that hangs does not count: qemu still answers for it.
-// It ends with ctx or qemu.
+// stuck in the kernel (state D) is hung, and so is any qemu after
+// qmpDeadMisses; its guest lost either way, it is killed, so that the
+// runner exits and the kubelet starts the VM again. A guest that hangs
+// does not count: qemu still answers for it. It ends with ctx or qemu.
 func (r *Runner) watchQemu(ctx context.Context) {
 	t := time.NewTicker(r.qmpPing)
 	defer t.Stop()
@@ -53,11 +58,15 @@ func (r *Runner) watchQemu(ctx context.Context) {
 		if misses < qmpMisses {
 			continue
 		}
+		how := "stopped, or stuck in the host"
 		if st := procState(r.qemu.cmd.Process.Pid); st != 'T' && st != 't' && st != 'D' {
-			r.log.Warn("qemu does not answer its monitor but is neither stopped nor stuck: left running", "state", string(st))
-			continue
+			if misses < qmpDeadMisses {
+				r.log.Warn("qemu does not answer its monitor but is neither stopped nor stuck: left running for now", "state", string(st))
+				continue
+			}
+			how = "deadlocked, or busy for too long"
 		}
-		why := fmt.Sprintf("qemu did not answer its monitor for %s (stopped, or stuck in the host): it was killed", time.Duration(misses)*r.qmpPing)
+		why := fmt.Sprintf("qemu did not answer its monitor for %s (%s): it was killed", time.Duration(misses)*r.qmpPing, how)
 		r.hung.Store(&why)
 		r.qemu.kill()
 		return
