@@ -38,9 +38,11 @@ unit:
 ## kubelet and kwok, qemu, mmdebstrap, containerd, runc, CNI plugins) and
 ## building Argo CD and Flux for the node tests (first run only, ~13
 ## minutes, outside the tests' timeout); a missing one fails its tests.
-test: deps vet lint
+## vet and lint too: hack/test-all.sh runs them and the other packages
+## beside test/node, the longest.
+test: deps
 	hack/build-gitops.sh >/dev/null
-	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 50m ./...
+	GO=$(GO) MAKE=$(MAKE) hack/test-all.sh
 
 ## golangci-lint (its version in hack/golangci-lint.sh, built once into
 ## the tests' cache) with .golangci.yml.

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# make test's tests, once make has installed what they need: test/node
+# (the real node, by far the longest package) starts first and runs
+# beside vet, lint and every other package, which go one at a time so
+# that no more than two test programs share the machine's cores (as
+# go test -p 2 did). The run takes about as long as test/node; its
+# output comes after the others'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+MAKE=${MAKE:-make}
+VMOP_KUBE_BIN_DIR=$(hack/build-control-plane.sh all)
+export VMOP_KUBE_BIN_DIR
+
+node_log=$(mktemp)
+trap 'rm -f "$node_log"' EXIT
+echo "test/node runs in the background (~30 minutes); its result follows the other packages'"
+$GO test -count=1 -timeout 50m ./test/node >"$node_log" 2>&1 &
+node=$!
+
+status=0
+if "$MAKE" --no-print-directory vet lint; then
+	# shellcheck disable=SC2046 # one argument per package
+	$GO test -p 1 -count=1 -timeout 50m $($GO list ./... | grep -v '/test/node$') || status=$?
+else
+	status=1
+	# SIGINT, not SIGTERM: the node's harness then undoes its changes
+	# to this host (loop devices, mounts, iptables).
+	echo "vet or lint failed: stopping test/node"
+	pkill -INT -P "$node" || true
+fi
+node_status=0
+wait "$node" || node_status=$?
+cat "$node_log"
+[ "$status" -eq 0 ] && [ "$node_status" -eq 0 ]
