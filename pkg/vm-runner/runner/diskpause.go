@@ -62,16 +62,20 @@ func (r *Runner) diskIOError(ctx context.Context, ev qmp.Event) {
 	r.ready.Store(false)
 	why := p.String()
 	r.paused.Store(&why)
-	if old := r.status.DiskPause; old != nil {
+	old := r.status.DiskPause
+	if old != nil {
 		p.Since = old.Since
 		if *old == p {
 			return
 		}
-		r.status.DiskPause = &p
+	}
+	r.status.DiskPause = &p
+	if old != nil && old.Drive == p.Drive && old.NoSpace == p.NoSpace {
 		r.report(ctx)
 		return
 	}
-	r.status.DiskPause = &p
+	// A new pause, or one that moved: the guest went on after a retry and
+	// another disk fails now, which the user must mend too.
 	r.log.Warn("qemu paused the guest on a disk's I/O error", "drive", p.Drive, "noSpace", p.NoSpace, "reason", p.Err)
 	reason := ReasonDiskError
 	if p.NoSpace {

@@ -1,10 +1,13 @@
 package runner
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/pkg/runnerconfig"
 )
 
 // TestDiskFullPausesAndResumes: a write to a full volume pauses the guest
@@ -18,7 +21,7 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 	v.run()
 	require.True(t, v.r.ready.Load())
 
-	v.q.fill()
+	v.q.fill("disk0")
 	st := v.rec.waitStatus(t, "the disk's pause", func(s Status) bool { return s.DiskPause != nil })
 	require.Equal(t, "disk0", st.DiskPause.Drive)
 	require.Equal(t, "spec.vm.disks[0]", st.DiskPause.Field())
@@ -41,6 +44,30 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 	require.True(t, v.r.ready.Load())
 	require.Nil(t, v.r.paused.Load())
 	require.Len(t, v.rec.eventsOf(ReasonDiskFull), 1)
+}
+
+// TestDiskFullMoves: a guest paused on one full disk, which then goes on
+// and finds another full, is told of the second; the pause holds.
+func TestDiskFullMoves(t *testing.T) {
+	c := baseConfig(t.TempDir())
+	c.VM.Drives = append(c.VM.Drives, runnerconfig.Drive{Type: runnerconfig.DriveRaw, File: filepath.Join(t.TempDir(), "data.img")})
+	v := newTestVM(t, c)
+	v.r.diskRetry, v.r.diskSettle = 50*time.Millisecond, 50*time.Millisecond
+	v.run()
+
+	v.q.fill("disk0")
+	v.rec.waitEvent(t, ReasonDiskFull, 1)
+	v.q.fillNext("disk1")
+	e := v.rec.waitEvent(t, ReasonDiskFull, 2)
+	require.Contains(t, e.Message, "The guest is paused: disk disk1 (spec.vm.disks[3]) is full")
+	st := v.rec.last()
+	require.NotNil(t, st.DiskPause)
+	require.Equal(t, "disk1", st.DiskPause.Drive)
+	require.Empty(t, v.rec.eventsOf(ReasonDiskResumed))
+
+	v.q.free()
+	require.Contains(t, v.rec.waitEvent(t, ReasonDiskResumed, 1).Message, "disk disk1 (spec.vm.disks[3]) takes its I/O again")
+	require.Len(t, v.rec.eventsOf(ReasonDiskFull), 2)
 }
 
 func countOf(list []string, s string) int {

@@ -64,9 +64,9 @@ type fakeQemu struct {
 	drives  map[string]*fakeDrive
 	ignores bool // the guest ignores the ACPI power button
 	quitErr bool // quit fails
-	// full: disk0's volume is full; a cont retries its write, which fails
-	// again.
-	full bool
+	// full is the drive whose volume is full ("" none); a cont retries
+	// its write, which fails again.
+	full string
 	// hangs: the monitor answers nothing (a stopped qemu).
 	hangs bool
 }
@@ -154,11 +154,11 @@ func (q *fakeQemu) handle(c *qmptest.Conn, cmd qmptest.Command) {
 	switch cmd.Execute {
 	case "cont":
 		c.Return(struct{}{})
-		if q.full {
+		if q.full != "" {
 			q.diskFull(c)
 		}
 	case "query-status":
-		c.Return(qmp.StatusInfo{Running: !q.full, Status: map[bool]string{true: "io-error", false: "running"}[q.full]})
+		c.Return(qmp.StatusInfo{Running: q.full == "", Status: map[bool]string{true: "running", false: "io-error"}[q.full == ""]})
 	case "stop", "set_password", "expire_password":
 		c.Return(struct{}{})
 	case "system_reset":
@@ -356,23 +356,27 @@ func (q *fakeQemu) plugged() int {
 
 // ignoreACPI makes the guest ignore the power button; quitFails makes quit
 // fail.
-// diskFull pauses the guest on a write of disk0 to a full volume, as qemu
-// does with werror=stop.
+// diskFull pauses the guest on a write of the full drive to its volume,
+// as qemu does with werror=stop.
 func (q *fakeQemu) diskFull(c *qmptest.Conn) {
-	c.Event(qmp.EventBlockIOError, map[string]any{"device": "", "node-name": "disk0", "operation": "write",
+	c.Event(qmp.EventBlockIOError, map[string]any{"device": "", "node-name": q.full, "operation": "write",
 		"action": "stop", "nospace": true, "reason": "No space left on device"})
 	c.Event(qmp.EventStop, nil)
 }
 
-// fill fills disk0's volume, and the guest writes; free makes room.
-func (q *fakeQemu) fill() {
+// fill fills drive's volume, and the guest writes to it; free makes room.
+func (q *fakeQemu) fill(drive string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.full = true
+	q.full = drive
 	q.diskFull(q.srv.Conn())
 }
 
-func (q *fakeQemu) free() { q.mu.Lock(); q.full = false; q.mu.Unlock() }
+// fillNext fills drive's volume while the guest is paused: it fails there
+// on its next retry.
+func (q *fakeQemu) fillNext(drive string) { q.mu.Lock(); q.full = drive; q.mu.Unlock() }
+
+func (q *fakeQemu) free() { q.mu.Lock(); q.full = ""; q.mu.Unlock() }
 
 func (q *fakeQemu) hang() { q.mu.Lock(); q.hangs = true; q.mu.Unlock() }
 

@@ -48,9 +48,10 @@ type Volume struct {
 	// Content, for a Block volume, is a file whose bytes the volume starts
 	// with (a bootable disk image); the rest reads as zeros.
 	Content string
-	// Space, for a Filesystem volume, is the room its file system has (a
-	// tmpfs of that size), so that a test can fill it; zero: the node's
-	// disk.
+	// Space is the room the volume's data has, so that a test can fill
+	// it: for a Filesystem volume its file system, for a Block volume the
+	// file system of its sparse file (a thin volume, ThinDir); a tmpfs of
+	// that size. Zero: the node's disk.
 	Space resource.Quantity
 }
 
@@ -72,6 +73,18 @@ func (n *Node) LoopDevice(v Volume) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return "", err
 	}
+	if !v.Space.IsZero() {
+		// The file on a tmpfs of its own, DiskFile a link to it.
+		dir := n.ThinDir(v.Name)
+		if err := mountTmpfs(dir, v.Space); err != nil {
+			return "", fmt.Errorf("volume %s: %w", v.Name, err)
+		}
+		thin := filepath.Join(dir, "disk.img")
+		if err := os.Symlink(thin, file); err != nil {
+			return "", err
+		}
+		file = thin
+	}
 	if err := writeSparse(file, v.Content, v.Size.Value()); err != nil {
 		return "", err
 	}
@@ -90,13 +103,28 @@ func (n *Node) AddFilesystemVolume(ctx context.Context, v Volume) error {
 		return err
 	}
 	if !v.Space.IsZero() {
-		// Stop unmounts it with the rest below the node's directory.
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0777", v.Space.Value()), "tmpfs", dir).CombinedOutput(); err != nil {
-			return fmt.Errorf("mount a tmpfs for volume %s: %w: %s", v.Name, err, out)
+		if err := mountTmpfs(dir, v.Space); err != nil {
+			return fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 	}
 	return n.createPV(ctx, v, StorageClassFilesystem, corev1.PersistentVolumeFilesystem, dir)
 }
+
+// mountTmpfs mounts a tmpfs of size at dir, made first; Stop unmounts it
+// with the rest below the node's directory.
+func mountTmpfs(dir string, size resource.Quantity) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0777", size.Value()), "tmpfs", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("mount a tmpfs: %w: %s", err, out)
+	}
+	return nil
+}
+
+// ThinDir is the file system of a Block volume made with Space, which
+// holds its sparse file: a test fills it to fill the volume.
+func (n *Node) ThinDir(name string) string { return filepath.Join(n.dir, "thin", name) }
 
 // VolumePath is where a Filesystem volume's files are on the node.
 func (n *Node) VolumePath(name string) string { return filepath.Join(n.dir, "volumes", name) }
