@@ -192,7 +192,7 @@ func TestFaults(t *testing.T) {
 		// The runner kills it and exits; the kubelet starts the VM again.
 		waitConsole(t, ns, vm, testguest.BootPrefix+"3", 3*time.Minute)
 		t.Logf("qemu hung: the guest booted again %.0f s after qemu was stopped", time.Since(stopped).Seconds())
-		requireEvents(t, ns, "vm/"+vm, "QemuHung", "qemu did not answer its monitor for 1m0s")
+		requireEvents(t, ns, "vm/"+vm, "QemuHung", "qemu did not answer its monitor for 30s")
 		eventually.Within(t, time.Minute, func() string {
 			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
 			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 2 times") {

@@ -196,9 +196,9 @@ func TestQemuHangs(t *testing.T) {
 	v.q.hang()
 	err := v.result()
 	require.Equal(t, runnerconfig.ExitCrashed, exitCode(t, err))
-	require.Equal(t, "qemu did not answer its monitor for 300ms (stopped, or stuck in the host): it was killed", errors.Unwrap(err).Error())
+	require.Equal(t, "qemu did not answer its monitor for 150ms (stopped, or stuck in the host): it was killed", errors.Unwrap(err).Error())
 	hung := v.rec.waitEvent(t, ReasonQemuHung, 1)
 	require.True(t, hung.Warning)
-	require.Contains(t, hung.Message, "qemu did not answer its monitor for 300ms")
+	require.Contains(t, hung.Message, "qemu did not answer its monitor for 150ms")
 	require.Empty(t, v.rec.eventsOf(ReasonQemuExited))
 }

@@ -17,7 +17,7 @@ const (
 	// stopped or stuck in the kernel: a qemu that runs can leave its
 	// monitor unanswered for minutes (a TPM command waiting for swtpm
 	// under TCG holds its main loop) and is healthy.
-	qmpMisses = 6
+	qmpMisses = 3
 	// qmpDeadMisses unanswered asks in a row make qemu hung whatever its
 	// state: a deadlocked qemu sleeps (seen under TCG: the SPICE display's
 	// refresh waiting on the vCPU while the vCPU, resetting virtio-gpu,
