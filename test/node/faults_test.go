@@ -53,7 +53,7 @@ func TestFaults(t *testing.T) {
 		manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "spec:\n", "spec:\n  image:\n    source: "+unpullableRepository+":none\n", 1)
 		kubectl(t, manifest, "apply", "-f", "-")
 		// --wait shows why it does not get on, and gives up at its timeout.
-		out, _, err := kubectlResult(t.Context(), "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "40s")
+		out, _, err := kubectlResult(t.Context(), "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "20s")
 		require.Error(t, err)
 		require.Contains(t, out, vm+": Starting, "+v1.ReasonImagePull+": The node cannot pull the runner image 127.0.0.1:1/vmop/vm-runner:none")
 		out = failedWith(t, vm, v1.ReasonImagePull)
