@@ -252,7 +252,7 @@ func cleanStale() {
 	}
 	for _, d := range dirs {
 		testcontainerd.UnmountBelow(d)
-		detachLoopsOf(func(back string) bool { return strings.HasPrefix(back, d+"/") })
+		detachLoopsOf(func(back string) bool { return strings.HasPrefix(back, d+"/") || isThin(back) })
 		os.RemoveAll(d)
 	}
 	removePodNetworks()

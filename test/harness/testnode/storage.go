@@ -79,7 +79,7 @@ func (n *Node) LoopDevice(v Volume) (string, error) {
 		if err := mountTmpfs(dir, v.Space); err != nil {
 			return "", fmt.Errorf("volume %s: %w", v.Name, err)
 		}
-		thin := filepath.Join(dir, "disk.img")
+		thin := filepath.Join(dir, thinPrefix+v.Name+".img")
 		if err := os.Symlink(thin, file); err != nil {
 			return "", err
 		}
@@ -121,6 +121,13 @@ func mountTmpfs(dir string, size resource.Quantity) error {
 	}
 	return nil
 }
+
+// thinPrefix starts the name of a thin volume's file. Once Stop has
+// unmounted (lazily) the tmpfs that holds it, its loop device names it as
+// if at the root: /thinPrefix..., which isThin tells.
+const thinPrefix = "vmop-thin-"
+
+func isThin(back string) bool { return strings.HasPrefix(back, "/"+thinPrefix) }
 
 // ThinDir is the file system of a Block volume made with Space, which
 // holds its sparse file: a test fills it to fill the volume.
@@ -208,7 +215,7 @@ func (n *Node) detachLoops() []error {
 	if n.dir == "" {
 		return nil
 	}
-	return detachLoopsOf(func(back string) bool { return strings.HasPrefix(back, n.dir+"/") })
+	return detachLoopsOf(func(back string) bool { return strings.HasPrefix(back, n.dir+"/") || isThin(back) })
 }
 
 // detachLoopsOf detaches the loop devices whose backing file matches, and
