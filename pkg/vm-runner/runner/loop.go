@@ -170,8 +170,9 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 			}
 		case <-bootC:
 			bootC = nil
-			// Re-armed above while the agent stays away since a change.
-			if bootArmed == r.live.agentChanges && !r.live.agentConnected && !stopping && !r.status.GuestPanic {
+			// Armed while the agent was away; no change since means it
+			// still is. After a change it is re-armed above if need be.
+			if bootArmed == r.live.agentChanges && !stopping && !r.status.GuestPanic {
 				r.bootOverdue(bg)
 			}
 		case <-diskRetryC:
