@@ -75,7 +75,7 @@ const (
 	VolumeConfig          = "config"
 	VolumeImportScratch   = "import-scratch"
 	VolumeImportBin       = "import-bin"
-	VolumeRunnerData      = "runner-data"
+	VolumeRunnerData      = runnerconfig.DataVolume
 	VolumeImageRepository = "image-repository"
 	PortSpice             = "spice"
 	// ImageRepositoryClaim is the shared PVC with CD images, as in VM-Operator.

@@ -20,6 +20,9 @@ const (
 	ConfigFile   = "config.yaml"
 	CloudInitDir = "cloud-init"
 	DataDir      = "/var/local/vm-data"
+	// DataVolume names the claim template of DataDir's volume: the pod's
+	// claim is DataVolume-<pod>.
+	DataVolume = "runner-data"
 	// ImageRepositoryDir holds CD images named by a relative path.
 	ImageRepositoryDir = "/var/local/vmop-image-repository"
 	// ImportScratchDir is where an import stages its source (an emptyDir

@@ -53,24 +53,8 @@ func TestNodeCrash(t *testing.T) {
 	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{
 		Name: fs, Size: resource.MustParse(size), Labels: map[string]string{"disk": fs},
 	}))
-	// A claim is Block unless it says Filesystem.
-	claim := func(name, class, mode, disk string) string {
-		return fmt.Sprintf(`    - volumeClaimTemplate:
-        metadata:
-          name: %s
-        spec:
-          storageClassName: %s
-          volumeMode: %s
-          selector:
-            matchLabels:
-              disk: %s
-          resources:
-            requests:
-              storage: %s
-`, name, class, mode, disk, size)
-	}
 	manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "    - cdrom:\n",
-		claim("block", testnode.StorageClassBlock, "Block", block)+claim("fs", testnode.StorageClassFilesystem, "Filesystem", fs)+"    - cdrom:\n", 1)
+		diskClaim("block", testnode.StorageClassBlock, "Block", block, size)+diskClaim("fs", testnode.StorageClassFilesystem, "Filesystem", fs, size)+"    - cdrom:\n", 1)
 	kubectl(t, manifest, "apply", "-f", "-")
 	defer deleteVM(t, ns, vm)
 	kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")

@@ -49,27 +49,12 @@ func fullDisk(t *testing.T, ns string) {
 	require.NoError(t, os.WriteFile(disk, nil, 0o666))
 	require.NoError(t, os.Chmod(disk, 0o666))
 	require.NoError(t, os.Truncate(disk, records*testguest.RecordSize))
-	ballast := fill(t, dir, 1<<20)
-	thinBallast := fill(t, node.ThinDir(thin), 512<<10)
+	ballast := fill(t, node.SpaceDir(data), 1<<20)
+	thinBallast := fill(t, node.SpaceDir(thin), 512<<10)
 
-	claim := func(name, class, mode, volume string) string {
-		return fmt.Sprintf(`    - volumeClaimTemplate:
-        metadata:
-          name: %s
-        spec:
-          storageClassName: %s
-          volumeMode: %s
-          selector:
-            matchLabels:
-              disk: %s
-          resources:
-            requests:
-              storage: 8Mi
-`, name, class, mode, volume)
-	}
 	manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "    - cdrom:\n",
-		claim("records", testnode.StorageClassFilesystem, "Filesystem", data)+
-			claim("thin", testnode.StorageClassBlock, "Block", thin)+"    - cdrom:\n", 1)
+		diskClaim("records", testnode.StorageClassFilesystem, "Filesystem", data, "8Mi")+
+			diskClaim("thin", testnode.StorageClassBlock, "Block", thin, "8Mi")+"    - cdrom:\n", 1)
 	kubectl(t, manifest, "apply", "-f", "-")
 	defer deleteVM(t, ns, vm)
 	kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")

@@ -104,12 +104,15 @@ func TestFaults(t *testing.T) {
 	})
 
 	t.Run("full disk", func(t *testing.T) { fullDisk(t, ns) })
+	t.Run("full runner data", func(t *testing.T) { runnerDataFull(t, ns) })
 
 	// The survivor's CD image is not in the image repository: the VM boots
-	// its disk without it, and says so.
+	// its disk without it, and says so. Its guest writes records through
+	// the faults below: none it was told are synced may go missing.
 	const vm = "survivor"
-	addGuestDisk(t, ns, vm)
-	kubectl(t, strings.Replace(fmt.Sprintf(guestVM, vm, ns), `image: ""`, "image: gone.iso", 1), "apply", "-f", "-")
+	addGuestDisk(t, ns, vm, recordWriter()...)
+	manifest, records := withRecordsDisk(t, ns, vm, strings.Replace(fmt.Sprintf(guestVM, vm, ns), `image: ""`, "image: gone.iso", 1))
+	kubectl(t, manifest, "apply", "-f", "-")
 
 	t.Run("operator restarted mid-start", func(t *testing.T) {
 		kubectl(t, "", "vm", "start", "-n", ns, vm)
@@ -130,51 +133,76 @@ func TestFaults(t *testing.T) {
 		requireEvents(t, ns, "vm/"+vm, "MediumUnavailable", "spec.vm.disks[1].cdrom.image", "vmop-image-repository/gone.iso")
 	})
 
-	t.Run("kubelet restarted", func(t *testing.T) {
+	// requireKeptRunning: after a fault of the node's, the VM runs on as
+	// it did: the same runner, no new boot, its guest writing records
+	// and losing none, and a live change still reaches it.
+	requireKeptRunning := func(t *testing.T, fault string, runner, acked, cpus int) {
+		t.Helper()
 		pid, err := runnerPID(t.Context(), ns, vm)
 		require.NoError(t, err)
-		require.NoError(t, node.RestartKubelet(t.Context()))
-		// The VM kept running: the same runner, no new boot, and a live
-		// change still reaches it.
-		pid2, err := runnerPID(t.Context(), ns, vm)
-		require.NoError(t, err)
-		require.Equal(t, pid, pid2, "the runner after the kubelet's restart")
+		require.Equal(t, runner, pid, "the runner after the %s", fault)
 		log, err := consoleLog(t.Context(), ns, vm)
 		require.NoError(t, err)
 		require.Equal(t, 1, strings.Count(log, testguest.BootPrefix), "boots on the console:\n%s", log)
-		kubectl(t, "", "vm", "set", "-n", ns, vm, "--cpus", "2")
-		waitConsole(t, ns, vm, testguest.CPUsPrefix+"2", time.Minute)
+		kubectl(t, "", "vm", "set", "-n", ns, vm, "--cpus", fmt.Sprint(cpus))
+		waitGuestCPUs(t, ns, vm, cpus, time.Minute)
+		now := requireRecordsKept(t, ns, vm, records, acked)
+		t.Logf("%s: the guest wrote records %d to %d meanwhile, 0 lost", fault, acked+1, now)
 		require.Contains(t, kubectl(t, "", "vm", "status", "-n", ns, vm), "Running")
+	}
+	// requireBootedAgain: after a fault that ends the guest, it boots
+	// again from the same disks, keeping every record it acknowledged
+	// before (acked).
+	requireBootedAgain := func(t *testing.T, fault string, boot, acked int, faulted time.Time) {
+		t.Helper()
+		waitConsole(t, ns, vm, testguest.BootPrefix+fmt.Sprint(boot), 3*time.Minute)
+		t.Logf("%s: the guest booted again %.0f s after it", fault, time.Since(faulted).Seconds())
+		next := requireResumed(t, ns, vm, acked)
+		t.Logf("%s: %d records acknowledged before it, the guest went on at record %d: 0 lost", fault, acked, next)
+	}
+
+	t.Run("kubelet restarted", func(t *testing.T) {
+		runner, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		acked := ackedRecords(t, ns, vm)
+		require.NoError(t, node.RestartKubelet(t.Context()))
+		requireKeptRunning(t, "kubelet restart", runner, acked, 2)
 	})
 
 	// The node agent replaced, as an upgrade's rollout does: the running
 	// VM keeps its pod's devices and network, and live changes still
 	// reach it.
 	t.Run("node agent rolled out", func(t *testing.T) {
-		pid, err := runnerPID(t.Context(), ns, vm)
+		runner, err := runnerPID(t.Context(), ns, vm)
 		require.NoError(t, err)
+		acked := ackedRecords(t, ns, vm)
 		start := time.Now()
 		kubectl(t, "", "rollout", "restart", "-n", "vmop-system", "daemonset/vm-node")
 		kubectl(t, "", "rollout", "status", "-n", "vmop-system", "daemonset/vm-node", "--timeout", "2m")
 		t.Logf("node agent rolled out in %.1f s", time.Since(start).Seconds())
-		pid2, err := runnerPID(t.Context(), ns, vm)
+		requireKeptRunning(t, "node agent rollout", runner, acked, 1)
+	})
+
+	// containerd restarted alone (an upgrade, systemctl restart): the
+	// shims keep the pods' containers running meanwhile.
+	t.Run("containerd restarted", func(t *testing.T) {
+		runner, err := runnerPID(t.Context(), ns, vm)
 		require.NoError(t, err)
-		require.Equal(t, pid, pid2, "the runner after the agent's rollout")
-		kubectl(t, "", "vm", "set", "-n", ns, vm, "--cpus", "1")
-		waitGuestCPUs(t, ns, vm, 1, time.Minute)
-		log, err := consoleLog(t.Context(), ns, vm)
-		require.NoError(t, err)
-		require.Equal(t, 1, strings.Count(log, testguest.BootPrefix), "boots on the console:\n%s", log)
+		acked := ackedRecords(t, ns, vm)
+		require.NoError(t, node.RestartContainerd())
+		requireKeptRunning(t, "containerd restart", runner, acked, 2)
 	})
 
 	t.Run("runner killed", func(t *testing.T) {
 		pod := podUID(t, ns, vm)
 		pid, err := runnerPID(t.Context(), ns, vm)
 		require.NoError(t, err)
+		acked := ackedRecords(t, ns, vm)
+		killed := time.Now()
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 		// The kubelet restarts the container; the guest boots again from
 		// the same disk, in the same pod.
-		require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
+		requireBootedAgain(t, "runner killed", 2, acked, killed)
 		require.Equal(t, pod, podUID(t, ns, vm))
 		eventually.Within(t, time.Minute, func() string {
 			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
@@ -189,9 +217,9 @@ func TestFaults(t *testing.T) {
 		require.NoError(t, err)
 		stopped := time.Now()
 		require.NoError(t, syscall.Kill(qemuPID(t, runner), syscall.SIGSTOP))
+		acked := ackedRecords(t, ns, vm)
 		// The runner kills it and exits; the kubelet starts the VM again.
-		waitConsole(t, ns, vm, testguest.BootPrefix+"3", 3*time.Minute)
-		t.Logf("qemu hung: the guest booted again %.0f s after qemu was stopped", time.Since(stopped).Seconds())
+		requireBootedAgain(t, "qemu hung", 3, acked, stopped)
 		requireEvents(t, ns, "vm/"+vm, "QemuHung", "qemu did not answer its monitor for 30s")
 		eventually.Within(t, time.Minute, func() string {
 			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
@@ -210,8 +238,10 @@ func TestFaults(t *testing.T) {
 		require.NoError(t, err)
 		stopped := time.Now()
 		require.NoError(t, syscall.Kill(runner, syscall.SIGSTOP))
-		waitConsole(t, ns, vm, testguest.BootPrefix+"4", 3*time.Minute)
-		t.Logf("runner stopped: the guest booted again %.0f s after the runner was stopped", time.Since(stopped).Seconds())
+		// What the stopped runner has read from the console; the guest,
+		// whose qemu runs on, may write more.
+		acked := ackedRecords(t, ns, vm)
+		requireBootedAgain(t, "runner stopped", 4, acked, stopped)
 		eventually.Within(t, time.Minute, func() string {
 			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
 			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 3 times") &&
@@ -220,6 +250,7 @@ func TestFaults(t *testing.T) {
 			}
 			return "kubectl vm status:\n" + out
 		})
+		requireRecordsKept(t, ns, vm, records, 0)
 	})
 	deleteVM(t, ns, vm)
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
@@ -67,7 +69,10 @@ func machineUUID(c *runnerconfig.Config, dataDir string) (string, error) {
 		return "", err
 	}
 	id := uuid.NewString()
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+	if err := replaceFile(path, 0o644, func(w io.Writer) error {
+		_, err := io.WriteString(w, id+"\n")
+		return err
+	}); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -102,4 +107,41 @@ func adoptFiles(dir string, uid int) error {
 		}
 		return nil
 	})
+}
+
+// dataRoomMin is the room the data directory needs for swtpm to save the
+// TPM's state: it writes a new copy and renames it over the old one.
+const dataRoomMin = 256 << 10
+
+// dataFull names the data volume, and what to do, in an error that a
+// full one caused.
+func dataFull(dataDir string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%w: the VM's data volume (%s) is full; free room on it or grow its claim", err, dataVolume(dataDir))
+	}
+	return err
+}
+
+// dataRoomLow says, when the data directory has less than dataRoomMin
+// free, what that means; "" when there is room, or when statfs fails.
+func dataRoomLow(dataDir string) string {
+	var st unix.Statfs_t
+	if unix.Statfs(dataDir, &st) != nil {
+		return ""
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	if free >= dataRoomMin {
+		return ""
+	}
+	return fmt.Sprintf("The VM's data volume (%s) has %d KiB free: the TPM cannot save changes to its state "+
+		"(what it saved before is kept). Free room on it or grow its claim", dataVolume(dataDir), free>>10)
+}
+
+// dataVolume names the data directory and, in a pod, its claim (the
+// StatefulSet's: the template's name, then the pod's).
+func dataVolume(dataDir string) string {
+	if host, err := os.Hostname(); err == nil && inPod() {
+		return dataDir + ", claim " + runnerconfig.DataVolume + "-" + host
+	}
+	return dataDir
 }

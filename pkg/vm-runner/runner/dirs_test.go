@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -40,4 +42,36 @@ func TestAdoptFiles(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Join(dir, "tpm"))
 	require.NoError(t, err)
 	require.Len(t, entries, 2, "a temporary file was left")
+}
+
+// TestReplaceFile: a write cut off (a full volume) leaves the file as it
+// was, and no temporary file; the error names the data volume and what to
+// do.
+func TestReplaceFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "uuid.txt")
+	require.NoError(t, os.WriteFile(path, []byte("old\n"), 0o644))
+	err := replaceFile(path, 0o644, func(w io.Writer) error {
+		_, _ = io.WriteString(w, "ne")
+		return &fs.PathError{Op: "write", Path: path + ".tmp", Err: syscall.ENOSPC}
+	})
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.Contains(t, dataFull(dir, err).Error(), "no space left on device: the VM's data volume ("+dir+") is full; free room on it or grow its claim")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "old\n", string(b))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "a temporary file is left")
+
+	require.NoError(t, replaceFile(path, 0o600, func(w io.Writer) error {
+		_, err := io.WriteString(w, "new\n")
+		return err
+	}))
+	b, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "new\n", string(b))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, fs.FileMode(0o600), fi.Mode().Perm())
 }

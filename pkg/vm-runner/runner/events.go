@@ -87,6 +87,9 @@ const (
 	ReasonDiskError = v1.ReasonDiskError
 	// ReasonDiskResumed: the guest paused on a disk's error goes on.
 	ReasonDiskResumed = "DiskResumed"
+	// ReasonDataVolumeFull (warning): the VM's data volume has too little
+	// room for the TPM to save its state; the VM starts all the same.
+	ReasonDataVolumeFull = "DataVolumeFull"
 	// ReasonGuestPanicked (warning): the guest's kernel panicked; qemu
 	// holds it paused, not restarted.
 	ReasonGuestPanicked = v1.ReasonGuestPanicked

@@ -111,22 +111,32 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// copyFile copies from to a temporary file beside to, with mode perm,
-// then renames it over to: a copy cut off is never taken for a whole one.
-// from and to may be the same file.
+// copyFile copies from to to, with mode perm, as replaceFile does: a copy
+// cut off is never taken for a whole one. from and to may be the same
+// file.
 func copyFile(from, to string, perm fs.FileMode) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	tmp := to + ".tmp"
+	return replaceFile(to, perm, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
+}
+
+// replaceFile writes a temporary file beside path with write, syncs it
+// and renames it over path: on a full volume (ENOSPC) or a crash, path
+// keeps what it held, or stays absent.
+func replaceFile(path string, perm fs.FileMode, write func(io.Writer) error) error {
+	tmp := path + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp)
-	_, err = io.Copy(out, in)
+	err = write(out)
 	if err == nil {
 		err = out.Chmod(perm)
 	}
@@ -139,5 +149,5 @@ func copyFile(from, to string, perm fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, to)
+	return os.Rename(tmp, path)
 }

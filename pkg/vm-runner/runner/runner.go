@@ -242,11 +242,14 @@ func (r *Runner) launch(ctx context.Context) error {
 	}
 	id, err := machineUUID(c, r.dataDir)
 	if err != nil {
-		return err
+		return dataFull(r.dataDir, err)
 	}
 	fw, err := FindFirmware(c.VM.Firmware, r.dataDir)
 	if err != nil {
-		return err
+		return dataFull(r.dataDir, err)
+	}
+	if low := dataRoomLow(r.dataDir); low != "" && c.VM.UseTPM {
+		r.event(ctx, Event{Warning: true, Reason: ReasonDataVolumeFull, Action: actionStart, Message: low})
 	}
 	kvm := c.VM.Accelerator != "tcg" && c.VM.Accelerator != "none" && kvm.Usable() == nil
 	tmpl, err := LoadTemplate(c.Template, append(r.opts.TemplateDirs, "/opt/vmrunner/templates")...)

@@ -204,6 +204,18 @@ func (c *Containerd) PID(ctx context.Context, id string) (int, error) {
 	return 0, fmt.Errorf("no task %s", id)
 }
 
+// Terminate stops containerd alone, as systemctl restart does (SIGTERM):
+// its shims, and the containers they run, keep running.
+func (c *Containerd) Terminate() error {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		return errors.New("containerd did not exit within 10s of SIGTERM")
+	}
+}
+
 // Stop kills what still runs in its namespace, stops containerd and
 // removes its directory after unmounting what its snapshotter and shims
 // left mounted. It may be called more than once.

@@ -137,12 +137,25 @@ esac
 
 # testguest.records=N: write N records (see records.go) to each disk but
 # the first, one after the other, each synced (dd conv=fsync: a flush the
-# host must honour) to every disk before the console says so.
+# host must honour) to every disk before the console says so. The records
+# an earlier boot wrote to every disk, from the first on, are kept: the
+# guest says where it goes on (RECORDS RESUME), so that a test sees
+# whether a record it was told is synced went missing. With
+# testguest.record_pause=S it sleeps S seconds after each.
+record() { yes "$(printf 'RECORD %08d' $1)" | head -c 65536 >/tmp/record; }
 write_records() {
 	until [ -b /dev/vdb ]; do sleep 0.1; done
 	n=1
 	while [ $n -le "$1" ]; do
-		yes "$(printf 'RECORD %08d' $n)" | head -c 65536 >/tmp/record
+		record $n
+		for d in /dev/vd[b-z]; do
+			dd if="$d" bs=65536 skip=$((n - 1)) count=1 2>/dev/null | cmp -s - /tmp/record || break 2
+		done
+		n=$((n + 1))
+	done
+	echo "TESTGUEST RECORDS RESUME $n"
+	while [ $n -le "$1" ]; do
+		record $n
 		for d in /dev/vd[b-z]; do
 			if ! dd if=/tmp/record of="$d" bs=65536 seek=$((n - 1)) count=1 conv=fsync 2>/dev/null; then
 				echo "TESTGUEST RECORD $n failed on $d"
@@ -151,14 +164,18 @@ write_records() {
 		done
 		echo "TESTGUEST RECORD $n"
 		n=$((n + 1))
+		[ -z "$2" ] || sleep "$2"
 	done
 	echo "TESTGUEST RECORDS DONE"
 }
+records= pause=
 for p in $(cat /proc/cmdline); do
 	case "$p" in
-	testguest.records=*) write_records "${p#*=}" & ;;
+	testguest.records=*) records="${p#*=}" ;;
+	testguest.record_pause=*) pause="${p#*=}" ;;
 	esac
 done
+[ -z "$records" ] || write_records "$records" "$pause" &
 
 # Hot-plugged CPUs arrive offline; on a full distribution a udev rule onlines
 # them. Unplug needs nothing here: the kernel offlines and ejects the CPU

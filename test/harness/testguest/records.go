@@ -6,6 +6,7 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"time"
 )
 
 // Records, on the kernel command line, makes the guest write n records of
@@ -14,12 +15,22 @@ import (
 // every disk (a flush) before the console says RecordPrefix and its
 // number; RecordsDoneLine after the last.
 // What the console acknowledged must be on the disk whatever happens to the
-// VM: AckedRecords and LostRecords tell.
+// VM: AckedRecords and LostRecords tell. A guest booted again keeps the
+// records that every disk holds from the first on, and says where it goes
+// on (ResumePrefix and the first record it writes): a record acknowledged
+// before that boot and missing since shows there.
 func Records(n int) string { return fmt.Sprintf("testguest.records=%d", n) }
+
+// RecordPause, with Records, makes the guest wait that long after each
+// record: a writer that lasts through a test.
+func RecordPause(d time.Duration) string {
+	return fmt.Sprintf("testguest.record_pause=%g", d.Seconds())
+}
 
 const (
 	RecordSize      = 64 << 10
 	RecordPrefix    = "TESTGUEST RECORD "
+	ResumePrefix    = "TESTGUEST RECORDS RESUME "
 	RecordsDoneLine = "TESTGUEST RECORDS DONE"
 )
 

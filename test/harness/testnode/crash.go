@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vmop/vmop/test/harness/testcluster"
-	"github.com/vmop/vmop/test/harness/testcontainerd"
 )
 
 // Crash SIGKILLs at once every process of the node, as a node that
@@ -172,13 +171,9 @@ func alive(pid int) bool {
 // gone and makes them again. The logs of the killed kubelet and kube-proxy
 // are kept beside the new ones (.crashed).
 func (n *Node) Boot(ctx context.Context) error {
-	opts := n.containerdOpts
-	opts.Dir = n.Containerd.Dir
-	c, err := testcontainerd.Run(opts)
-	if err != nil {
+	if err := n.rerunContainerd(); err != nil {
 		return fmt.Errorf("containerd after the crash: %w", err)
 	}
-	n.Containerd = c
 	for _, p := range []*testcluster.Process{n.Kubelet, n.KubeProxy} {
 		_ = os.Rename(p.Log, p.Log+".crashed")
 	}

@@ -49,9 +49,9 @@ type Volume struct {
 	// with (a bootable disk image); the rest reads as zeros.
 	Content string
 	// Space is the room the volume's data has, so that a test can fill
-	// it: for a Filesystem volume its file system, for a Block volume the
-	// file system of its sparse file (a thin volume, ThinDir); a tmpfs of
-	// that size. Zero: the node's disk.
+	// it: a tmpfs of that size, SpaceDir, that holds a Filesystem
+	// volume's directory or a Block volume's sparse file (a thin volume),
+	// and the files that fill it. Zero: the node's disk.
 	Space resource.Quantity
 }
 
@@ -75,7 +75,7 @@ func (n *Node) LoopDevice(v Volume) (string, error) {
 	}
 	if !v.Space.IsZero() {
 		// The file on a tmpfs of its own, DiskFile a link to it.
-		dir := n.ThinDir(v.Name)
+		dir := n.SpaceDir(v.Name)
 		if err := mountTmpfs(dir, v.Space); err != nil {
 			return "", fmt.Errorf("volume %s: %w", v.Name, err)
 		}
@@ -98,14 +98,32 @@ func (n *Node) LoopDevice(v Volume) (string, error) {
 // AddFilesystemVolume adds a local PersistentVolume of class
 // StorageClassFilesystem: a directory of the node's.
 func (n *Node) AddFilesystemVolume(ctx context.Context, v Volume) error {
-	dir := filepath.Join(n.dir, "volumes", v.Name)
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return err
-	}
+	dir := n.VolumePath(v.Name)
 	if !v.Space.IsZero() {
-		if err := mountTmpfs(dir, v.Space); err != nil {
+		// The directory on a tmpfs of its own, beside what fills it, as
+		// local-path's directories share the node's disk; VolumePath a
+		// link to it.
+		space := n.SpaceDir(v.Name)
+		if err := mountTmpfs(space, v.Space); err != nil {
 			return fmt.Errorf("volume %s: %w", v.Name, err)
 		}
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink(filepath.Join(space, "volume"), dir); err != nil {
+			return err
+		}
+		dir = filepath.Join(space, "volume")
+		// Open to the pod's users, as the tmpfs's root is.
+		if err := os.Mkdir(dir, 0o777); err != nil {
+			return err
+		}
+		if err := os.Chmod(dir, 0o777); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
 	}
 	return n.createPV(ctx, v, StorageClassFilesystem, corev1.PersistentVolumeFilesystem, dir)
 }
@@ -129,9 +147,9 @@ const thinPrefix = "vmop-thin-"
 
 func isThin(back string) bool { return strings.HasPrefix(back, "/"+thinPrefix) }
 
-// ThinDir is the file system of a Block volume made with Space, which
-// holds its sparse file: a test fills it to fill the volume.
-func (n *Node) ThinDir(name string) string { return filepath.Join(n.dir, "thin", name) }
+// SpaceDir is the file system of a volume made with Space, which holds
+// its directory or sparse file: a test fills it to fill the volume.
+func (n *Node) SpaceDir(name string) string { return filepath.Join(n.dir, "space", name) }
 
 // VolumePath is where a Filesystem volume's files are on the node.
 func (n *Node) VolumePath(name string) string { return filepath.Join(n.dir, "volumes", name) }

@@ -520,6 +520,29 @@ func (n *Node) RestartKubelet(ctx context.Context) error {
 	return n.runKubelet(ctx)
 }
 
+// RestartContainerd stops containerd (as systemctl restart does) and
+// starts it again on its state; the shims, and the pods' containers they
+// run, keep running meanwhile.
+func (n *Node) RestartContainerd() error {
+	if err := n.Containerd.Terminate(); err != nil {
+		return err
+	}
+	return n.rerunContainerd()
+}
+
+// rerunContainerd starts containerd again on the state of the one that
+// ended.
+func (n *Node) rerunContainerd() error {
+	opts := n.containerdOpts
+	opts.Dir = n.Containerd.Dir
+	c, err := testcontainerd.Run(opts)
+	if err != nil {
+		return err
+	}
+	n.Containerd = c
+	return nil
+}
+
 // run runs a command and returns its output in the error.
 func run(name string, args ...string) error {
 	out, err := exec.Command(name, args...).CombinedOutput()
