@@ -34,9 +34,10 @@ func TestAPIServerAway(t *testing.T) {
 	const ns, vm = "apiaway", "guest"
 	installVmop(t)
 	createNamespace(t, ns)
-	addGuestDisk(t, ns, vm)
+	addGuestDisk(t, ns, vm, recordWriter()...)
 	addImageRepository(t, ns) // for its empty CD drive
-	kubectl(t, fmt.Sprintf(guestVM, vm, ns), "apply", "-f", "-")
+	manifest, records := withRecordsDisk(t, ns, vm, fmt.Sprintf(guestVM, vm, ns))
+	kubectl(t, manifest, "apply", "-f", "-")
 	kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
 	waitConsole(t, ns, vm, testguest.ReadyLine, 2*time.Minute)
 	runner, err := runnerPID(t.Context(), ns, vm)
@@ -45,6 +46,7 @@ func TestAPIServerAway(t *testing.T) {
 	require.Equal(t, []int{1}, guestCPULines(t, ns, vm))
 
 	// The control plane away: from here until Back, only /proc tells.
+	before := ackedRecords(t, ns, vm)
 	require.NoError(t, node.Away())
 	away := time.Now()
 	back := false
@@ -63,6 +65,10 @@ func TestAPIServerAway(t *testing.T) {
 	}
 	ran := time.Since(away)
 	require.Greater(t, procTicks(t, qemu), qemuTicks, "qemu used no CPU time while the API server was away: the guest does not run")
+	log, err := runnerConsole(runner, vm)
+	require.NoError(t, err)
+	acked := testguest.AckedRecords(log)
+	require.Greater(t, acked, before, "the guest wrote no record while the API server was away")
 	require.NoError(t, node.Back(t.Context(), time.Minute))
 	back = true
 	returned := time.Now()
@@ -125,6 +131,8 @@ func TestAPIServerAway(t *testing.T) {
 		requireSameRunner(t, ns, vm, runner)
 		t.Logf("api server away: vm-operator restarts in all: %d", operatorRestarts(t))
 	})
+	all := requireRecordsKept(t, ns, vm, records, acked)
+	t.Logf("api server away: the guest wrote records %d to %d while it was away, %d in all, 0 lost", before+1, acked, all)
 
 	deleteVM(t, ns, vm)
 }

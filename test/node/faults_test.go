@@ -130,22 +130,32 @@ func TestFaults(t *testing.T) {
 			}
 			return "kubectl vm status:\n" + out
 		})
-		requireEvents(t, ns, "vm/"+vm, "MediumUnavailable", "spec.vm.disks[1].cdrom.image", "vmop-image-repository/gone.iso")
+		requireEvents(t, ns, "vm/"+vm, "MediumUnavailable", "spec.vm.disks[2].cdrom.image", "vmop-image-repository/gone.iso")
 	})
 
+	// setCPUs is a live change that reaches the guest. Under TCG qemu
+	// plugs no more than maximumCpus (2) CPUs in a run: 1, 2, 1 here.
+	setCPUs := func(cpus int) func(*testing.T) {
+		return func(t *testing.T) {
+			kubectl(t, "", "vm", "set", "-n", ns, vm, "--cpus", fmt.Sprint(cpus))
+			waitGuestCPUs(t, ns, vm, cpus, time.Minute)
+		}
+	}
 	// requireKeptRunning: after a fault of the node's, the VM runs on as
 	// it did: the same runner, no new boot, its guest writing records
 	// and losing none, and a live change still reaches it.
-	requireKeptRunning := func(t *testing.T, fault string, runner, acked, cpus int) {
+	requireKeptRunning := func(t *testing.T, fault string, runner, acked int, change func(*testing.T)) {
 		t.Helper()
 		pid, err := runnerPID(t.Context(), ns, vm)
 		require.NoError(t, err)
-		require.Equal(t, runner, pid, "the runner after the %s", fault)
+		require.Equal(t, runner, pid, "the runner after the %s; its container's states: %s", fault,
+			kubectl(t, "", "get", "pod", "-n", ns, vm+"-0", "-o", "jsonpath={.status.containerStatuses}"))
+		require.NoError(t, syscall.Kill(pid, 0), "the runner after the %s; its container's states: %s", fault,
+			kubectl(t, "", "get", "pod", "-n", ns, vm+"-0", "-o", "jsonpath={.status.containerStatuses}"))
 		log, err := consoleLog(t.Context(), ns, vm)
 		require.NoError(t, err)
 		require.Equal(t, 1, strings.Count(log, testguest.BootPrefix), "boots on the console:\n%s", log)
-		kubectl(t, "", "vm", "set", "-n", ns, vm, "--cpus", fmt.Sprint(cpus))
-		waitGuestCPUs(t, ns, vm, cpus, time.Minute)
+		change(t)
 		now := requireRecordsKept(t, ns, vm, records, acked)
 		t.Logf("%s: the guest wrote records %d to %d meanwhile, 0 lost", fault, acked+1, now)
 		require.Contains(t, kubectl(t, "", "vm", "status", "-n", ns, vm), "Running")
@@ -166,7 +176,7 @@ func TestFaults(t *testing.T) {
 		require.NoError(t, err)
 		acked := ackedRecords(t, ns, vm)
 		require.NoError(t, node.RestartKubelet(t.Context()))
-		requireKeptRunning(t, "kubelet restart", runner, acked, 2)
+		requireKeptRunning(t, "kubelet restart", runner, acked, setCPUs(2))
 	})
 
 	// The node agent replaced, as an upgrade's rollout does: the running
@@ -180,7 +190,7 @@ func TestFaults(t *testing.T) {
 		kubectl(t, "", "rollout", "restart", "-n", "vmop-system", "daemonset/vm-node")
 		kubectl(t, "", "rollout", "status", "-n", "vmop-system", "daemonset/vm-node", "--timeout", "2m")
 		t.Logf("node agent rolled out in %.1f s", time.Since(start).Seconds())
-		requireKeptRunning(t, "node agent rollout", runner, acked, 1)
+		requireKeptRunning(t, "node agent rollout", runner, acked, setCPUs(1))
 	})
 
 	// containerd restarted alone (an upgrade, systemctl restart): the
@@ -190,7 +200,28 @@ func TestFaults(t *testing.T) {
 		require.NoError(t, err)
 		acked := ackedRecords(t, ns, vm)
 		require.NoError(t, node.RestartContainerd())
-		requireKeptRunning(t, "containerd restart", runner, acked, 2)
+		requireKeptRunning(t, "containerd restart", runner, acked, func(t *testing.T) {
+			kubectl(t, "", "vm", "cdrom", "-n", ns, vm, "insert", "test.iso")
+			requireEvents(t, ns, "vm/"+vm, "MediumChanged", "test.iso")
+		})
+	})
+
+	// Under TCG, qemu aborted at a plug beyond maximumCpus vCPU threads
+	// in one run (2 here: 1 at the start, 1 plugged and unplugged since);
+	// the runner plugs no more and says when the guest gets the CPU.
+	t.Run("CPU plugged again", func(t *testing.T) {
+		runner, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		kubectl(t, "", "vm", "set", "-n", ns, vm, "--cpus", "2")
+		if events := kubectl(t, "", "events", "-n", ns, "--for", "vm/"+vm); !strings.Contains(events, "with the tcg accelerator") {
+			waitGuestCPUs(t, ns, vm, 2, time.Minute) // KVM has no such limit
+			return
+		}
+		requireEvents(t, ns, "vm/"+vm, "CPUsDeferred", "The guest keeps 1 CPUs until its next start (kubectl vm restart), then gets 2")
+		pid, err := runnerPID(t.Context(), ns, vm)
+		require.NoError(t, err)
+		require.Equal(t, runner, pid)
+		require.Equal(t, []int{1, 2, 1}, guestCPULines(t, ns, vm), "the guest's CPU counts")
 	})
 
 	t.Run("runner killed", func(t *testing.T) {

@@ -82,6 +82,8 @@ func run(m *testing.M) int {
 		for _, p := range append(node.Processes(), node.Kubelet, node.Scheduler) {
 			fmt.Fprintf(os.Stderr, "--- %s log (%s), last lines:\n%s\n", p.Name, p.Log, p.LogTail(40))
 		}
+		lines := strings.Split(strings.TrimSpace(node.Containerd.Log()), "\n")
+		fmt.Fprintf(os.Stderr, "--- containerd log (in %s), last lines:\n%s\n", node.Containerd.Dir, strings.Join(lines[max(0, len(lines)-40):], "\n"))
 	}
 	if err := node.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the test node:", err)
@@ -281,6 +283,12 @@ func consoleLog(ctx context.Context, ns, vm string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return runnerConsole(pid, vm)
+}
+
+// runnerConsole is what the runner of pid has read from its guest's
+// console; only /proc tells, with no API server.
+func runnerConsole(pid int, vm string) (string, error) {
 	// The runner's runtime directory is named after its uid: 107, or 0
 	// in the privileged pod of a VM with a tap NIC.
 	fi, err := os.Stat(fmt.Sprintf("/proc/%d", pid))

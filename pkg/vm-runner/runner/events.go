@@ -48,6 +48,9 @@ const (
 	// ReasonCPUsChanged: a live change plugged or unplugged CPUs; an
 	// unplug counts once the guest has let the CPU go.
 	ReasonCPUsChanged = "CPUsChanged"
+	// ReasonCPUsDeferred (warning): qemu under TCG can plug no more CPUs
+	// in this run; the change applies at the next start.
+	ReasonCPUsDeferred = "CPUsDeferred"
 	// ReasonRAMChanged: the guest's balloon reached the RAM of a live
 	// change.
 	ReasonRAMChanged = "RAMChanged"

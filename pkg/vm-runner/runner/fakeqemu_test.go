@@ -570,7 +570,7 @@ func newTestVM(t testing.TB, c runnerconfig.Config) *testVM {
 	}
 	v.q = newFakeQemu(t, int(r.config.VM.MaximumCPUs), int(r.config.VM.CurrentCPUs), r.config.VM.MaximumRAM.Bytes, cds)
 	r.qemu = v.q.proc
-	r.machine = NewMachine(&r.config.VM, "uuid", false, Firmware{}, r.runtimeDir, func(string) bool { return false })
+	r.machine = NewMachine(&r.config.VM, "uuid", r.config.VM.Accelerator == "kvm", Firmware{}, r.runtimeDir, func(string) bool { return false })
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	mon, err := qmp.Dial(ctx, v.q.srv.Socket)

@@ -30,6 +30,13 @@ type liveState struct {
 	// unplugging holds the CPUs asked to go, until qemu reports them gone.
 	unplugging map[string]bool
 	cpus       int32
+	// vcpuThreads counts the vCPU threads qemu started in this run. Under
+	// TCG each takes one of maximumCpus translation contexts, which qemu
+	// never frees (an unplugged CPU's neither): it aborts at a plug beyond
+	// them (tcg_register_thread's assertion), so the runner plugs no more.
+	// deferredCPUs is the count last put off for that, told once.
+	vcpuThreads  int
+	deferredCPUs int32
 	ram        int64
 	// password is the SPICE password last set; secretPassword and
 	// secretExpiry what the display Secret's files held when last read.
@@ -61,7 +68,7 @@ type liveState struct {
 
 func newLiveState(r *Runner) *liveState {
 	l := &liveState{r: r, cds: map[string]string{}, pendingCDs: map[string]string{}, failedCDs: map[string]CDProblem{},
-		unplugging: map[string]bool{}, resetCounter: r.config.ResetCounter}
+		unplugging: map[string]bool{}, resetCounter: r.config.ResetCounter, vcpuThreads: int(r.config.VM.CurrentCPUs)}
 	for _, cd := range r.machine.CDROMs {
 		l.cds[cd.ID] = "" // empty on qemu's command line; apply inserts the media
 	}
@@ -168,12 +175,18 @@ func (l *liveState) setCPUs(ctx context.Context, target int32) error {
 		if n >= target {
 			break
 		}
-		if s.QOMPath == "" {
-			if err := l.r.mon.AddCPU(ctx, s, slotID(s)); err != nil {
-				return err
-			}
-			n++
+		if s.QOMPath != "" {
+			continue
 		}
+		if l.r.machine.Accel == "tcg" && l.vcpuThreads >= int(l.r.config.VM.MaximumCPUs) {
+			l.cpusDeferred(ctx, target, n)
+			break
+		}
+		if err := l.r.mon.AddCPU(ctx, s, slotID(s)); err != nil {
+			return err
+		}
+		l.vcpuThreads++
+		n++
 	}
 	for i := len(plugged) - 1; i > 0 && n > target; i-- {
 		p := plugged[i].QOMPath
@@ -185,6 +198,19 @@ func (l *liveState) setCPUs(ctx context.Context, target int32) error {
 	}
 	l.r.log.Info("CPUs set", "target", target, "plugged", len(plugged))
 	return l.countCPUs(ctx)
+}
+
+// cpusDeferred tells, once per target, that qemu under TCG can plug no
+// more CPUs in this run: the guest keeps has of them until its next start.
+func (l *liveState) cpusDeferred(ctx context.Context, target, has int32) {
+	l.r.log.Warn("CPUs not plugged: qemu under TCG has started all the CPU threads it can in one run", "target", target, "plugged", has)
+	if l.deferredCPUs == target {
+		return
+	}
+	l.deferredCPUs = target
+	l.r.event(ctx, Event{Warning: true, Reason: ReasonCPUsDeferred, Action: actionSetCPUs, Message: fmt.Sprintf(
+		"The guest keeps %d CPUs until its next start (kubectl vm restart), then gets %d: qemu emulates it (tcg), and can start "+
+			"only maximumCpus (%d) CPU threads in one run, an unplugged CPU's included", has, target, l.vcpuThreads)})
 }
 
 // slotID names a CPU slot by its topology, e.g. cpu-s0-c2-t0; sorting

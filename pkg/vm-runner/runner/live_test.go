@@ -2,6 +2,7 @@ package runner
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -200,6 +201,7 @@ func TestLiveReset(t *testing.T) {
 // take the CPUs that the new count needs.
 func TestLiveCPUsChangedDuringUnplug(t *testing.T) {
 	c := baseConfig(t.TempDir())
+	c.VM.Accelerator = "kvm" // under TCG, qemu would plug no CPU again
 	c.VM.CurrentCPUs = 4
 	v := newTestVM(t, c)
 	v.run()
@@ -215,4 +217,32 @@ func TestLiveCPUsChangedDuringUnplug(t *testing.T) {
 	require.Equal(t, 2, v.q.plugged())
 	require.Contains(t, v.q.commands(n),
 		`device_add {"driver":"max-x86_64-cpu","id":"cpu-s0001-dx-c0000-t0000","socket-id":1,"core-id":0,"thread-id":0}`)
+}
+
+// Under TCG, qemu starts at most maximumCpus vCPU threads in one run (an
+// unplugged CPU's translation context is never freed; qemu aborts at a
+// plug beyond them): the runner plugs no more, and says when the guest
+// gets its CPUs.
+func TestLiveCPUsTCGThreads(t *testing.T) {
+	c := baseConfig(t.TempDir()) // 2 of 4 CPUs, tcg
+	v := newTestVM(t, c)
+	v.run()
+	c.VM.CurrentCPUs = 3
+	v.reload(c)
+	v.rec.waitStatus(t, "3 CPUs", func(s Status) bool { return s.CPUs == 3 })
+	c.VM.CurrentCPUs = 1
+	v.reload(c)
+	v.q.ejectCPUs()
+	v.rec.waitStatus(t, "1 CPU", func(s Status) bool { return s.CPUs == 1 })
+
+	// 4 threads started (2, then 1, then one for the unplugged slot that
+	// a plug takes): one more plug, then none.
+	n := len(v.q.commands(0))
+	c.VM.CurrentCPUs = 4
+	v.reload(c)
+	v.rec.waitStatus(t, "2 CPUs", func(s Status) bool { return s.CPUs == 2 })
+	require.Equal(t, 1, strings.Count(strings.Join(v.q.commands(n), "\n"), "device_add"))
+	require.Equal(t, "The guest keeps 2 CPUs until its next start (kubectl vm restart), then gets 4: "+
+		"qemu emulates it (tcg), and can start only maximumCpus (4) CPU threads in one run, an unplugged CPU's included",
+		v.rec.waitEvent(t, ReasonCPUsDeferred, 1).Message)
 }
