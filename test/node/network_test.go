@@ -104,6 +104,15 @@ func TestNetworkPod(t *testing.T) {
 
 	t.Run("from the node at the pod's IP", func(t *testing.T) {
 		start := time.Now()
+		// Once seen here: "no route to host", the node's first ARP for
+		// the new pod unanswered.
+		eventually.Succeeds(t, 30*time.Second, func() error {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(podIP, "7"), 5*time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
 		echo(t, net.JoinHostPort(podIP, "7"), "hello at the pod's IP\n")
 		t.Logf("first echo at %s:7 after %v", podIP, time.Since(start).Round(time.Millisecond))
 		// Nothing listens on the guest's port 8: the guest refuses, not
