@@ -37,7 +37,7 @@ type liveState struct {
 	// deferredCPUs is the count last put off for that, told once.
 	vcpuThreads  int
 	deferredCPUs int32
-	ram        int64
+	ram          int64
 	// password is the SPICE password last set; secretPassword and
 	// secretExpiry what the display Secret's files held when last read.
 	password, secretPassword []byte
