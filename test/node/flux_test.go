@@ -143,13 +143,22 @@ func waitFlux(t *testing.T, name string, timeout time.Duration, check func(k flu
 }
 
 // reconcileFlux asks Flux to fetch and apply now, as `flux reconcile
-// kustomization --with-source` does, rather than at the next interval.
+// kustomization --with-source` does, rather than at the next interval,
+// and waits until the Kustomization has handled the request: one still
+// pending would undo what the test does next (seen: a kubectl vm stop
+// undone before it was done).
 func reconcileFlux(t *testing.T, kustomization string) {
 	t.Helper()
 	now := time.Now().Format(time.RFC3339Nano)
 	for _, obj := range []string{"gitrepositories.source.toolkit.fluxcd.io/vms", "kustomizations.kustomize.toolkit.fluxcd.io/" + kustomization} {
 		kubectl(t, "", "annotate", "-n", fluxNS, obj, "reconcile.fluxcd.io/requestedAt="+now, "--overwrite")
 	}
+	waitFlux(t, kustomization, 4*time.Minute, func(k fluxKustomization) string {
+		if k.Status.LastHandledReconcileAt != now {
+			return fmt.Sprintf("has handled the reconcile asked at %q, not the one at %s", k.Status.LastHandledReconcileAt, now)
+		}
+		return ""
+	})
 }
 
 // applyFluxExample applies the example files of Flux with the test's
@@ -301,9 +310,10 @@ func TestFluxOperator(t *testing.T) {
 		// A tap NIC needs a privileged pod, which the namespace refuses.
 		refused := strings.Replace(gitopsGuestVM("refused", ns), "    disks:\n", "    networks:\n    - tap: {bridge: vmoptbr9}\n    disks:\n", 1)
 		repo.Write("a VM that cannot run here", map[string]string{"virtual-machines/refused.yaml": refused})
+		asked := time.Now()
 		reconcileFlux(t, "virtual-machines")
 		// Well before the Kustomization's timeout (5m).
-		took := waitFlux(t, "virtual-machines", 2*time.Minute, func(k fluxKustomization) string {
+		waitFlux(t, "virtual-machines", 2*time.Minute, func(k fluxKustomization) string {
 			// Flux names the VM; kubectl vm status says why.
 			if r := k.ready(); r.Status != metav1.ConditionFalse || !strings.Contains(r.Message, "failed early") ||
 				!strings.Contains(r.Message, "VirtualMachine/"+ns+"/refused status: 'Failed'") {
@@ -311,7 +321,7 @@ func TestFluxOperator(t *testing.T) {
 			}
 			return ""
 		})
-		t.Logf("the Kustomization failed %v after the reconcile was asked for: %s", took.Round(time.Second), readyMessage(t, "virtual-machines"))
+		t.Logf("the Kustomization failed %v after the reconcile was asked for: %s", time.Since(asked).Round(time.Second), readyMessage(t, "virtual-machines"))
 	})
 }
 
