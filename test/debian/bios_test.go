@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -205,6 +206,51 @@ func TestDebianBIOS(t *testing.T) {
 	// SSH through the runner's host forwards is test/node's
 	// TestDebianServer: kubectl vm ssh into this guest in a pod, then a
 	// clean stop.
+
+	// A snapshot's freeze (vm-runner freeze, as Velero's hooks run it):
+	// what the guest wrote is on its disk, its file system consistent,
+	// until thawed as asked or at the freeze's timeout.
+	t.Run("freeze for a snapshot, thawed", func(t *testing.T) {
+		status := func() string {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			c, err := guestagent.Dial(ctx, filepath.Join(g.runtime, "guest-agent.sock"))
+			require.NoError(t, err)
+			defer c.Close()
+			var s string
+			require.NoError(t, c.Do(ctx, "guest-fsfreeze-status", nil, &s))
+			return s
+		}
+		// Not synced: the freeze writes it out.
+		g.sh("echo before-freeze > /var/lib/vmop-freeze")
+		start := time.Now()
+		res, err := runner.Freeze(t.Context(), g.config, time.Minute)
+		require.NoError(t, err)
+		t.Logf("freeze: %d file systems frozen in %.2f s", res.FileSystems, time.Since(start).Seconds())
+		require.GreaterOrEqual(t, res.FileSystems, 1)
+		require.Equal(t, "frozen", status())
+		marker, err := debianguest.ReadFile(g.disk, "/var/lib/vmop-freeze")
+		require.NoError(t, err)
+		require.Equal(t, "before-freeze\n", marker, "read from the disk while the guest is frozen")
+		require.NoError(t, debianguest.CheckFS(g.disk), "the frozen file system, as a snapshot would copy it")
+		res, err = runner.Freeze(t.Context(), g.config, 0)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, res.FileSystems, 1)
+		t.Logf("freeze: thawed %.2f s after the freeze began", time.Since(start).Seconds())
+		require.Equal(t, "thawed", status())
+		require.Equal(t, "before-freeze", strings.TrimSpace(g.sh("cat /var/lib/vmop-freeze")))
+
+		// Nobody thaws: the runner does, at the timeout.
+		_, err = runner.Freeze(t.Context(), g.config, 3*time.Second)
+		require.NoError(t, err)
+		eventually.Within(t, 30*time.Second, func() string {
+			if s := status(); s != "thawed" {
+				return "the guest is " + s
+			}
+			return ""
+		})
+		require.Contains(t, g.runnerLog(), "the freeze's timeout (3s) ran out")
+	})
 
 	t.Run("stop shuts down through the agent, cleanly", func(t *testing.T) {
 		// Not synced: a clean shutdown writes it out.

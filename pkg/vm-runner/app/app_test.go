@@ -179,6 +179,10 @@ func TestUsageErrors(t *testing.T) {
 		{"disk fetch --disk d", diskupload.ExitUsage, "vm-runner disk fetch: --disk, --to and --records are required"},
 		{"copy-self", diskupload.ExitUsage, "vm-runner copy-self: one argument, DEST, is required"},
 		{"copy-self a b", diskupload.ExitUsage, "vm-runner copy-self: one argument, DEST, is required"},
+		{"freeze --timeout 0s", runnerconfig.ExitConfig, "vm-runner freeze: --timeout 0s: must be above 0 and at most 10m0s"},
+		{"freeze --timeout 11m", runnerconfig.ExitConfig, "vm-runner freeze: --timeout 11m0s: must be above 0 and at most 10m0s"},
+		{"freeze extra", runnerconfig.ExitConfig, `vm-runner freeze: unexpected argument "extra"`},
+		{"thaw --timeout 1m", runnerconfig.ExitConfig, "vm-runner thaw: unknown flag: --timeout"},
 	} {
 		t.Run(tc.args, func(t *testing.T) {
 			code, stdout, stderr := execute(strings.Fields(tc.args)...)

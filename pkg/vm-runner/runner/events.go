@@ -93,6 +93,13 @@ const (
 	// ReasonDataVolumeFull (warning): the VM's data volume has too little
 	// room for the TPM to save its state; the VM starts all the same.
 	ReasonDataVolumeFull = "DataVolumeFull"
+	// ReasonFrozen: the guest's file systems were frozen for a snapshot
+	// (vm-runner freeze); ReasonThawed: thawed as asked (vm-runner thaw,
+	// or at the VM's stop); ReasonFreezeExpired (warning): thawed by the
+	// runner when the freeze's timeout ran out.
+	ReasonFrozen        = "Frozen"
+	ReasonThawed        = "Thawed"
+	ReasonFreezeExpired = "FreezeExpired"
 	// ReasonGuestPanicked (warning): the guest's kernel panicked; qemu
 	// holds it paused, not restarted.
 	ReasonGuestPanicked = v1.ReasonGuestPanicked
@@ -111,6 +118,8 @@ const (
 	actionExit         = "Exit"
 	actionPause        = "Pause"
 	actionResume       = "Resume"
+	actionFreeze       = "Freeze"
+	actionThaw         = "Thaw"
 )
 
 // event passes e on when the Reporter takes events.

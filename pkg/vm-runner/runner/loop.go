@@ -101,6 +101,12 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 		case <-sigterm:
 			sigterm = nil
 			stopping, stopStarted = true, time.Now()
+			if r.freeze != nil {
+				// A frozen guest cannot shut down.
+				if _, err := r.thawGuest(bg, ReasonThawed, "the VM is stopping"); err != nil {
+					r.log.Error("Thawing the guest before its shutdown", "err", err)
+				}
+			}
 			r.live.stopping = true
 			r.ready.Store(false)
 			r.status.Running = false
@@ -197,6 +203,11 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 		case p := <-r.passwords:
 			p.done <- r.live.handOverPassword(bg, []byte(p.Password), p.Expiry)
 			r.report(bg)
+		case f := <-r.freezes:
+			n, err := r.freezeGuest(bg, f.Timeout)
+			f.done <- freezeResult{fileSystems: n, err: err}
+		case <-r.freezeExpiry():
+			r.freezeExpired(bg)
 		case <-reload.C:
 			r.reload(bg)
 			if stopping && stopTimer != nil {

@@ -30,8 +30,9 @@ const (
 )
 
 // serveProbe answers GET /readyz with 200 while the VM runs, GET /livez
-// while the loop turns, POST /connect (see serveConnect) and POST
-// /display-password (servePassword).
+// while the loop turns, POST /connect (see serveConnect), POST
+// /display-password (servePassword), POST /freeze and /thaw
+// (serveFreeze).
 func (r *Runner) serveProbe() (stop func(), err error) {
 	sock := probeSocket(r.runtimeDir)
 	_ = os.Remove(sock)
@@ -63,6 +64,8 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 	})
 	mux.HandleFunc("POST /connect", r.serveConnect)
 	mux.HandleFunc("POST /display-password", r.servePassword)
+	mux.HandleFunc("POST /freeze", r.serveFreeze)
+	mux.HandleFunc("POST /thaw", r.serveFreeze)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Second}
 	go func() { _ = srv.Serve(l) }()
 	return func() { _ = srv.Close() }, nil

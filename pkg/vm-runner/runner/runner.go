@@ -82,6 +82,10 @@ type Runner struct {
 	// passwords carries display passwords handed over through the pod
 	// from the probe server to the loop.
 	passwords chan passwordRequest
+	// freezes carries freezes and thaws of the guest's file systems
+	// (vm-runner freeze, thaw); freeze is the one that holds, loop-only.
+	freezes chan freezeRequest
+	freeze  *frozen
 	// podNet is the guest's side of the pod's network, podMAC its NIC's
 	// address; nil without one.
 	podNet *podnet.Network
@@ -130,6 +134,7 @@ func New(opts Options) (*Runner, error) {
 		configDir: filepath.Dir(opts.ConfigFile),
 		config:    c,
 		passwords: make(chan passwordRequest),
+		freezes:   make(chan freezeRequest),
 		diskRetry: diskRetry, diskSettle: diskSettle, qmpPing: qmpPing,
 		loopBeat: loopBeat, loopStale: loopStale, bootWait: bootWait,
 	}

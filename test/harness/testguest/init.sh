@@ -26,8 +26,11 @@ esac
 # A stand-in for qemu-guest-agent: keeping its virtio port open tells qemu
 # the agent is there (VSERPORT_CHANGE); it answers guest-sync-delimited as
 # the agent does (0xFF, then the id), and a guest-shutdown command powers
-# off. Reads end at once while no host side is connected, hence the retry.
+# off. guest-fsfreeze-freeze and -thaw answer as for one file system (the
+# initramfs has none to freeze) and say so on the console. Reads end at
+# once while no host side is connected, hence the retry.
 agent() {
+	frozen=0
 	for d in /sys/class/virtio-ports/*; do
 		[ "$(cat "$d/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] || continue
 		exec 3<>"/dev/${d##*/}"
@@ -41,6 +44,16 @@ agent() {
 					printf '\377{"return": %s}\n' "$id" >&3
 					;;
 				*guest-shutdown*) [ "$1" = deaf ] || /etc/acpi/PWRF/00000080 ;;
+				*guest-fsfreeze-freeze*)
+					frozen=1
+					echo "TESTGUEST FROZEN"
+					echo '{"return": 1}' >&3
+					;;
+				*guest-fsfreeze-thaw*)
+					echo "{\"return\": $frozen}" >&3
+					[ $frozen = 0 ] || echo "TESTGUEST THAWED"
+					frozen=0
+					;;
 				esac
 			else
 				sleep 0.1

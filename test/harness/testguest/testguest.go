@@ -64,7 +64,8 @@ const IgnoreACPI = "testguest.ignore_acpi=1"
 
 // Agent, appended to the kernel command line, starts a stand-in for
 // qemu-guest-agent on the port org.qemu.guest_agent.0: it answers
-// guest-shutdown by powering off and prints AgentLine when it listens.
+// guest-shutdown by powering off, freezes and thaws (FrozenLine), and
+// prints AgentLine when it listens.
 const Agent = "testguest.agent=1"
 
 // DeafAgent starts the stand-in agent of Agent, which answers
@@ -74,6 +75,13 @@ const DeafAgent = "testguest.agent=deaf"
 
 // AgentLine is printed once the stand-in agent has opened its port.
 const AgentLine = "TESTGUEST AGENT"
+
+// The stand-in agent answers guest-fsfreeze-freeze and -thaw as for one
+// file system and prints these lines.
+const (
+	FrozenLine = "TESTGUEST FROZEN"
+	ThawedLine = "TESTGUEST THAWED"
+)
 
 // EchoPort is the guest's TCP echo service, on its NIC of qemu's user
 // network when the VM has one (at 10.0.2.15/24, where slirp's host
