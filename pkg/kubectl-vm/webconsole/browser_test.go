@@ -230,7 +230,12 @@ func TestBrowser(t *testing.T) {
 		require.Contains(t, msg, "/console.js or a module it imports did not load). Reload it")
 	})
 
-	// The VM stops: the page says so.
+	// The VM stops: the page says so. First connected again: a subtest's
+	// tab may have taken the display over (it serves one client at a
+	// time; seen once), and a page already disconnected hears of no stop.
+	_, err = chromedp.Run(ctx, chromedp.Reload())
+	require.NoError(t, err)
+	consolepage.WaitState(ctx, t, "connected", time.Minute)
 	require.NoError(t, g.cmd.Process.Kill())
 	msg := consolepage.WaitState(ctx, t, "stopped", time.Minute)
 	require.Contains(t, msg, "The VM ns/guest stopped.")
