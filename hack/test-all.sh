@@ -18,7 +18,7 @@ trap 'rm -f "$node_log"' EXIT
 echo "test/node runs in the background (~30 minutes); its result follows the other packages'"
 node_pkgs="./test/node ./test/harness/testnode"
 # shellcheck disable=SC2086 # two packages
-$GO test -p 1 -count=1 -timeout 50m $node_pkgs >"$node_log" 2>&1 &
+$GO test -p 1 -count=1 -timeout 70m $node_pkgs >"$node_log" 2>&1 &
 node=$!
 
 status=0
