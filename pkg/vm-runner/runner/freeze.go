@@ -33,9 +33,9 @@ const (
 // snapshot taken now is crash-consistent.
 var ErrNoAgent = errors.New("no guest agent is connected: the guest's file systems cannot be frozen, and a snapshot now is crash-consistent")
 
-// freezeRequest is a freeze (Timeout > 0) or a thaw handed to the loop.
+// freezeRequest is a freeze (timeout > 0) or a thaw handed to the loop.
 type freezeRequest struct {
-	Timeout time.Duration
+	timeout time.Duration
 	done    chan freezeResult
 }
 
@@ -51,7 +51,8 @@ type frozen struct {
 	deadline *time.Timer
 }
 
-// expiry is the channel of the running freeze's deadline; nil without one.
+// freezeExpiry is the channel of the running freeze's deadline; nil
+// without one.
 func (r *Runner) freezeExpiry() <-chan time.Time {
 	if r.freeze == nil {
 		return nil
@@ -72,12 +73,7 @@ func (r *Runner) freezeGuest(ctx context.Context, timeout time.Duration) (int, e
 	if r.live.stopping {
 		return 0, errors.New("the guest is shutting down")
 	}
-	ctx, cancel := context.WithTimeout(ctx, freezeWait)
-	defer cancel()
-	var n int
-	err := withAgent(ctx, r.machine.GuestAgentSocket, func(c *guestagent.Client) error {
-		return c.Do(ctx, "guest-fsfreeze-freeze", nil, &n)
-	})
+	n, err := r.fsfreeze(ctx, "guest-fsfreeze-freeze")
 	if err != nil {
 		// A freeze cut short may leave some file systems frozen.
 		if _, terr := r.thawGuest(ctx, ReasonThawed, "the freeze failed"); terr != nil {
@@ -102,12 +98,7 @@ func (r *Runner) freezeGuest(ctx context.Context, timeout time.Duration) (int, e
 // reason (ReasonThawed, ReasonFreezeExpired), with why when it was not
 // asked for.
 func (r *Runner) thawGuest(ctx context.Context, reason, why string) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, freezeWait)
-	defer cancel()
-	var n int
-	err := withAgent(ctx, r.machine.GuestAgentSocket, func(c *guestagent.Client) error {
-		return c.Do(ctx, "guest-fsfreeze-thaw", nil, &n)
-	})
+	n, err := r.fsfreeze(ctx, "guest-fsfreeze-thaw")
 	if err != nil {
 		return 0, fmt.Errorf("thawing the guest's file systems: %w", err)
 	}
@@ -137,14 +128,16 @@ func (r *Runner) freezeExpired(ctx context.Context) {
 	}
 }
 
-// withAgent runs do with a connection to the guest agent.
-func withAgent(ctx context.Context, socket string, do func(*guestagent.Client) error) error {
-	c, err := guestagent.Dial(ctx, socket)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return do(c)
+// fsfreeze runs the agent's freeze or thaw command, within freezeWait,
+// and returns the count of file systems it answers.
+func (r *Runner) fsfreeze(ctx context.Context, command string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, freezeWait)
+	defer cancel()
+	var n int
+	err := withAgent(ctx, r.machine.GuestAgentSocket, func(c *guestagent.Client) error {
+		return c.Do(ctx, command, nil, &n)
+	})
+	return n, err
 }
 
 // FreezeResult is what vm-runner freeze and thaw print.
@@ -161,28 +154,22 @@ func (r *Runner) serveFreeze(w http.ResponseWriter, req *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		f.Timeout = timeout
+		f.timeout = timeout
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), freezeWait+10*time.Second)
 	defer cancel()
-	select {
-	case r.freezes <- f:
-	case <-ctx.Done():
+	res, err := askLoop(ctx, r.freezes, f, f.done)
+	switch {
+	case errors.Is(err, errLoopBusy):
 		http.Error(w, "the runner is busy: try again", http.StatusServiceUnavailable)
-		return
-	}
-	select {
-	case res := <-f.done:
-		switch {
-		case errors.Is(res.err, ErrNoAgent):
-			http.Error(w, res.err.Error(), http.StatusConflict)
-		case res.err != nil:
-			http.Error(w, res.err.Error(), http.StatusInternalServerError)
-		default:
-			_ = json.NewEncoder(w).Encode(FreezeResult{FileSystems: res.fileSystems})
-		}
-	case <-ctx.Done():
+	case err != nil:
 		http.Error(w, "the runner did not answer in time", http.StatusServiceUnavailable)
+	case errors.Is(res.err, ErrNoAgent):
+		http.Error(w, res.err.Error(), http.StatusConflict)
+	case res.err != nil:
+		http.Error(w, res.err.Error(), http.StatusInternalServerError)
+	default:
+		_ = json.NewEncoder(w).Encode(FreezeResult{FileSystems: res.fileSystems})
 	}
 }
 

@@ -73,13 +73,12 @@ func (w *guestWatch) stop() { w.cancel() }
 func queryGuest(ctx context.Context, socket string) (info guestagent.Info, answered bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, guestagent.DefaultTimeout)
 	defer cancel()
-	c, err := guestagent.Dial(ctx, socket)
-	if err != nil {
-		return guestagent.Info{}, false, err
-	}
-	defer c.Close()
-	info, err = c.Info(ctx)
-	return info, true, err
+	err = withAgent(ctx, socket, func(c *guestagent.Client) error {
+		answered = true
+		info, err = c.Info(ctx)
+		return err
+	})
+	return info, answered, err
 }
 
 // agentShutdown asks the guest agent to power the guest off; an error
@@ -87,10 +86,16 @@ func queryGuest(ctx context.Context, socket string) (info guestagent.Info, answe
 func agentShutdown(ctx context.Context, socket string) error {
 	ctx, cancel := context.WithTimeout(ctx, agentStopTimeout)
 	defer cancel()
+	return withAgent(ctx, socket, func(c *guestagent.Client) error { return c.Shutdown(ctx) })
+}
+
+// withAgent runs do with a connection of its own to the guest agent: the
+// agent's socket serves one client at a time.
+func withAgent(ctx context.Context, socket string, do func(*guestagent.Client) error) error {
 	c, err := guestagent.Dial(ctx, socket)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return c.Shutdown(ctx)
+	return do(c)
 }

@@ -204,7 +204,7 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 			p.done <- r.live.handOverPassword(bg, []byte(p.Password), p.Expiry)
 			r.report(bg)
 		case f := <-r.freezes:
-			n, err := r.freezeGuest(bg, f.Timeout)
+			n, err := r.freezeGuest(bg, f.timeout)
 			f.done <- freezeResult{fileSystems: n, err: err}
 		case <-r.freezeExpiry():
 			r.freezeExpired(bg)

@@ -55,24 +55,39 @@ func (r *Runner) servePassword(w http.ResponseWriter, req *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), passwordWait)
 	defer cancel()
-	select {
-	case r.passwords <- p:
-	case <-ctx.Done():
+	err, late := askLoop(ctx, r.passwords, p, p.done)
+	switch {
+	case errors.Is(late, errLoopBusy):
 		http.Error(w, "display password: the runner is busy: try again", http.StatusServiceUnavailable)
-		return
+	case late != nil:
+		http.Error(w, "display password: the runner did not set it in time", http.StatusServiceUnavailable)
+	case errors.Is(err, ErrDisplayWithoutPassword):
+		http.Error(w, err.Error(), http.StatusConflict)
+	case err != nil:
+		http.Error(w, "display password: "+err.Error(), http.StatusInternalServerError)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// errLoopBusy: the loop did not take a request within its time.
+var errLoopBusy = errors.New("the runner's loop is busy")
+
+// askLoop hands req to the loop over to and waits for its answer on done,
+// both within ctx: errLoopBusy when the loop did not take it, ctx's error
+// when it did not answer.
+func askLoop[Req, Ans any](ctx context.Context, to chan<- Req, req Req, done <-chan Ans) (Ans, error) {
+	var none Ans
+	select {
+	case to <- req:
+	case <-ctx.Done():
+		return none, errLoopBusy
 	}
 	select {
-	case err := <-p.done:
-		switch {
-		case errors.Is(err, ErrDisplayWithoutPassword):
-			http.Error(w, err.Error(), http.StatusConflict)
-		case err != nil:
-			http.Error(w, "display password: "+err.Error(), http.StatusInternalServerError)
-		default:
-			w.WriteHeader(http.StatusNoContent)
-		}
+	case a := <-done:
+		return a, nil
 	case <-ctx.Done():
-		http.Error(w, "display password: the runner did not set it in time", http.StatusServiceUnavailable)
+		return none, ctx.Err()
 	}
 }
 

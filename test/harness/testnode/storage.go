@@ -74,16 +74,10 @@ func (n *Node) LoopDevice(v Volume) (string, error) {
 		return "", err
 	}
 	if !v.Space.IsZero() {
-		// The file on a tmpfs of its own, DiskFile a link to it.
-		dir := n.SpaceDir(v.Name)
-		if err := mountTmpfs(dir, v.Space); err != nil {
-			return "", fmt.Errorf("volume %s: %w", v.Name, err)
-		}
-		thin := filepath.Join(dir, thinPrefix+v.Name+".img")
-		if err := os.Symlink(thin, file); err != nil {
+		var err error
+		if file, err = n.onSpace(v, file, thinPrefix+v.Name+".img"); err != nil {
 			return "", err
 		}
-		file = thin
 	}
 	if err := writeSparse(file, v.Content, v.Size.Value()); err != nil {
 		return "", err
@@ -99,21 +93,17 @@ func (n *Node) LoopDevice(v Volume) (string, error) {
 // StorageClassFilesystem: a directory of the node's.
 func (n *Node) AddFilesystemVolume(ctx context.Context, v Volume) error {
 	dir := n.VolumePath(v.Name)
-	if !v.Space.IsZero() {
-		// The directory on a tmpfs of its own, beside what fills it, as
-		// local-path's directories share the node's disk; VolumePath a
-		// link to it.
-		space := n.SpaceDir(v.Name)
-		if err := mountTmpfs(space, v.Space); err != nil {
-			return fmt.Errorf("volume %s: %w", v.Name, err)
-		}
-		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if v.Space.IsZero() {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return err
 		}
-		if err := os.Symlink(filepath.Join(space, "volume"), dir); err != nil {
+	} else {
+		// Beside what fills its tmpfs, as local-path's directories share
+		// the node's disk.
+		var err error
+		if dir, err = n.onSpace(v, dir, "volume"); err != nil {
 			return err
 		}
-		dir = filepath.Join(space, "volume")
 		// Open to the pod's users, as the tmpfs's root is.
 		if err := os.Mkdir(dir, 0o777); err != nil {
 			return err
@@ -122,10 +112,21 @@ func (n *Node) AddFilesystemVolume(ctx context.Context, v Volume) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return err
-	}
 	return n.createPV(ctx, v, StorageClassFilesystem, corev1.PersistentVolumeFilesystem, dir)
+}
+
+// onSpace mounts v's tmpfs of v.Space at SpaceDir(v.Name) and returns
+// the path of name on it, to which link (a path the tests know) points.
+func (n *Node) onSpace(v Volume, link, name string) (string, error) {
+	space := n.SpaceDir(v.Name)
+	if err := mountTmpfs(space, v.Space); err != nil {
+		return "", fmt.Errorf("volume %s: %w", v.Name, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(space, name)
+	return path, os.Symlink(path, link)
 }
 
 // mountTmpfs mounts a tmpfs of size at dir, made first; Stop unmounts it
