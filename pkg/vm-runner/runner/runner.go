@@ -253,8 +253,10 @@ func (r *Runner) launch(ctx context.Context) error {
 	if err != nil {
 		return dataFull(r.dataDir, err)
 	}
-	if low := dataRoomLow(r.dataDir); low != "" && c.VM.UseTPM {
-		r.event(ctx, Event{Warning: true, Reason: ReasonDataVolumeFull, Action: actionStart, Message: low})
+	if c.VM.UseTPM {
+		if low := dataRoomLow(r.dataDir); low != "" {
+			r.event(ctx, Event{Warning: true, Reason: ReasonDataVolumeFull, Action: actionStart, Message: low})
+		}
 	}
 	kvm := c.VM.Accelerator != "tcg" && c.VM.Accelerator != "none" && kvm.Usable() == nil
 	tmpl, err := LoadTemplate(c.Template, append(r.opts.TemplateDirs, "/opt/vmrunner/templates")...)
