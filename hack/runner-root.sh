@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # What the runner and its templates use: qemu 10.0 for x86 with SeaBIOS and
 # iPXE (its NIC option ROMs), the SPICE modules, qemu-block-extra for CD
 # images given as URLs, qemu-utils for qemu-img (vm-runner import converts
-# a disk's source image onto its claim), OVMF, swtpm (the runner runs it
+# a disk's source image onto its claim) and qemu-nbd (kubectl vm snapshot), OVMF, swtpm (the runner runs it
 # directly; swtpm_setup from swtpm-tools is not used), CA certificates for
 # https URLs, base-files for the /bin, /lib, /lib64 links and
 # /etc/os-release.
@@ -28,8 +28,9 @@ drop_packages=(mesa-libgallium libllvm19 libz3-4
 # those disks and GPUs, and mesa's GBM backend.
 drop_paths=(usr/lib/x86_64-linux-gnu/qemu/block-rbd.so usr/lib/x86_64-linux-gnu/qemu/block-gluster.so
 	usr/lib/x86_64-linux-gnu/gbm
-	# qemu-utils' tools beside qemu-img.
-	usr/bin/qemu-io usr/bin/qemu-nbd usr/bin/qemu-storage-daemon
+	# qemu-utils' tools beside qemu-img and qemu-nbd (the snapshot pod's
+	# NBD server).
+	usr/bin/qemu-io usr/bin/qemu-storage-daemon
 	# Data only shown to people (debian-root.sh drops documentation and
 	# translations).
 	usr/share/iso-codes usr/share/xml/iso-codes)

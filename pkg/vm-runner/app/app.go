@@ -122,7 +122,7 @@ disk import failed.`,
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	o.addFlags(cmd.Flags())
 	usageCode(cmd, runnerconfig.ExitConfig)
-	cmd.AddCommand(newProbeCmd(), newCheckCmd(), newSerialCmd(), newConnectCmd(), newDisplayPasswordCmd(), newFreezeCmd(), newThawCmd(), newImportCmd(), newDiskCmd(), newCopySelfCmd())
+	cmd.AddCommand(newProbeCmd(), newCheckCmd(), newSerialCmd(), newConnectCmd(), newDisplayPasswordCmd(), newFreezeCmd(), newThawCmd(), newSnapshotCmd(), newImportCmd(), newDiskCmd(), newCopySelfCmd())
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vm-runner/runnerdata"
 )
 
 // inPod tells whether the runner runs in a Kubernetes pod.
@@ -69,7 +70,7 @@ func machineUUID(c *runnerconfig.Config, dataDir string) (string, error) {
 		return "", err
 	}
 	id := uuid.NewString()
-	if err := replaceFile(path, 0o644, func(w io.Writer) error {
+	if err := runnerdata.WriteFile(path, 0o644, func(w io.Writer) error {
 		_, err := io.WriteString(w, id+"\n")
 		return err
 	}); err != nil {

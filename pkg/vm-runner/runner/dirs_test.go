@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/pkg/vm-runner/runnerdata"
 )
 
 // TestAdoptFiles replaces the files another user wrote by copies with
@@ -44,14 +46,14 @@ func TestAdoptFiles(t *testing.T) {
 	require.Len(t, entries, 2, "a temporary file was left")
 }
 
-// TestReplaceFile: a write cut off (a full volume) leaves the file as it
+// TestWriteFileFull: a write cut off (a full volume) leaves the file as it
 // was, and no temporary file; the error names the data volume and what to
 // do.
-func TestReplaceFile(t *testing.T) {
+func TestWriteFileFull(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "uuid.txt")
 	require.NoError(t, os.WriteFile(path, []byte("old\n"), 0o644))
-	err := replaceFile(path, 0o644, func(w io.Writer) error {
+	err := runnerdata.WriteFile(path, 0o644, func(w io.Writer) error {
 		_, _ = io.WriteString(w, "ne")
 		return &fs.PathError{Op: "write", Path: path + ".tmp", Err: syscall.ENOSPC}
 	})
@@ -64,7 +66,7 @@ func TestReplaceFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "a temporary file is left")
 
-	require.NoError(t, replaceFile(path, 0o600, func(w io.Writer) error {
+	require.NoError(t, runnerdata.WriteFile(path, 0o600, func(w io.Writer) error {
 		_, err := io.WriteString(w, "new\n")
 		return err
 	}))

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/vmop/vmop/pkg/vm-runner/runnerdata"
 )
 
 // Firmware is the UEFI code and the VM's own copy of its variables; both
@@ -111,7 +113,7 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// copyFile copies from to to, with mode perm, as replaceFile does: a copy
+// copyFile copies from to to, with mode perm, as runnerdata.WriteFile does: a copy
 // cut off is never taken for a whole one. from and to may be the same
 // file.
 func copyFile(from, to string, perm fs.FileMode) error {
@@ -120,34 +122,8 @@ func copyFile(from, to string, perm fs.FileMode) error {
 		return err
 	}
 	defer in.Close()
-	return replaceFile(to, perm, func(w io.Writer) error {
+	return runnerdata.WriteFile(to, perm, func(w io.Writer) error {
 		_, err := io.Copy(w, in)
 		return err
 	})
-}
-
-// replaceFile writes a temporary file beside path with write, syncs it
-// and renames it over path: on a full volume (ENOSPC) or a crash, path
-// keeps what it held, or stays absent.
-func replaceFile(path string, perm fs.FileMode, write func(io.Writer) error) error {
-	tmp := path + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
-	err = write(out)
-	if err == nil {
-		err = out.Chmod(perm)
-	}
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -206,6 +206,11 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 		case f := <-r.freezes:
 			n, err := r.freezeGuest(bg, f.timeout)
 			f.done <- freezeResult{fileSystems: n, err: err}
+		case p := <-r.pushes:
+			p.done <- r.startPush(bg, p.req)
+		case d := <-r.diskQueries:
+			disks, err := r.diskSizes(bg)
+			d <- diskAnswer{disks: disks, err: err}
 		case <-r.freezeExpiry():
 			r.freezeExpired(bg)
 		case <-reload.C:

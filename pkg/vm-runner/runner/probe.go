@@ -66,6 +66,8 @@ func (r *Runner) serveProbe() (stop func(), err error) {
 	mux.HandleFunc("POST /display-password", r.servePassword)
 	mux.HandleFunc("POST /freeze", r.serveFreeze)
 	mux.HandleFunc("POST /thaw", r.serveFreeze)
+	mux.HandleFunc("POST /push", r.servePush)
+	mux.HandleFunc("GET /disks", r.serveDisks)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Second}
 	go func() { _ = srv.Serve(l) }()
 	return func() { _ = srv.Close() }, nil

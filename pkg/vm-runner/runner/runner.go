@@ -86,6 +86,12 @@ type Runner struct {
 	// (vm-runner freeze, thaw); freeze is the one that holds, loop-only.
 	freezes chan freezeRequest
 	freeze  *frozen
+	// pushes start copies of the disks into snapshots (vm-runner
+	// snapshot push), one at a time (pushing); diskQueries ask for the
+	// disks' sizes.
+	pushes      chan pushRequest
+	pushing     atomic.Bool
+	diskQueries chan chan diskAnswer
 	// podNet is the guest's side of the pod's network, podMAC its NIC's
 	// address; nil without one.
 	podNet *podnet.Network
@@ -129,13 +135,15 @@ func New(opts Options) (*Runner, error) {
 		return nil, &ExitError{Code: runnerconfig.ExitConfig, Err: err}
 	}
 	r := &Runner{
-		opts:      opts,
-		log:       opts.Logger.With("vm", c.VM.Name),
-		configDir: filepath.Dir(opts.ConfigFile),
-		config:    c,
-		passwords: make(chan passwordRequest),
-		freezes:   make(chan freezeRequest),
-		diskRetry: diskRetry, diskSettle: diskSettle, qmpPing: qmpPing,
+		opts:        opts,
+		log:         opts.Logger.With("vm", c.VM.Name),
+		configDir:   filepath.Dir(opts.ConfigFile),
+		config:      c,
+		passwords:   make(chan passwordRequest),
+		freezes:     make(chan freezeRequest),
+		pushes:      make(chan pushRequest),
+		diskQueries: make(chan chan diskAnswer),
+		diskRetry:   diskRetry, diskSettle: diskSettle, qmpPing: qmpPing,
 		loopBeat: loopBeat, loopStale: loopStale, bootWait: bootWait,
 	}
 	r.dataDir, r.runtimeDir = DataDir(c), RuntimeDir(c)

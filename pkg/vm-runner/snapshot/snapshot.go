@@ -1,0 +1,120 @@
+// Package snapshot is the runner image's part of kubectl vm snapshot and
+// restore, outside the runner: the snapshot pod's NBD server that takes
+// the copies a running VM's qemu pushes (Serve), the copy of a stopped
+// VM's disk (Copy), and the archive of a VM's runner data (firmware
+// variables, TPM state, machine uuid, import records) that a snapshot
+// keeps beside its disks (Archive, Extract).
+package snapshot
+
+import (
+	"bufio"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// PSK is the pre-shared key of one snapshot's NBD connections: qemu's
+// TLS PSK credentials, so that only the VM's qemu writes into the
+// snapshot's claims and nobody else on the pod network reads them.
+type PSK struct {
+	Identity string
+	// Key is hex, as qemu's keys.psk holds it.
+	Key string
+}
+
+// pskFile is the file of qemu's tls-creds-psk object in its dir.
+const pskFile = "keys.psk"
+
+// ReadPSK reads "IDENTITY:HEXKEY" from the first line of r (kubectl vm
+// snapshot hands it over through pods/exec's stdin, never an argument).
+func ReadPSK(r io.Reader) (PSK, error) {
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return PSK{}, fmt.Errorf("reading the key: %w", err)
+	}
+	id, key, ok := strings.Cut(strings.TrimSpace(line), ":")
+	if !ok || id == "" || strings.ContainsAny(id, " \t") {
+		return PSK{}, errors.New("the key: want IDENTITY:HEXKEY on its first line")
+	}
+	if b, err := hex.DecodeString(key); err != nil || len(b) < 16 {
+		return PSK{}, errors.New("the key: want at least 16 bytes in hex after the identity")
+	}
+	return PSK{Identity: id, Key: key}, nil
+}
+
+// String is the line ReadPSK reads.
+func (p PSK) String() string { return p.Identity + ":" + p.Key }
+
+// WriteDir writes the key where qemu's tls-creds-psk object reads it, in
+// a new directory under parent only the caller's user can read; the
+// caller removes it.
+func (p PSK) WriteDir(parent string) (string, error) {
+	dir, err := os.MkdirTemp(parent, "psk-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, pskFile), []byte(p.String()+"\n"), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// rawImageOpts are qemu's image options for the first size bytes of the
+// raw disk at path, a block device or a file: a snapshot's claim may be
+// larger than the disk it holds.
+func rawImageOpts(path string, size int64) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	driver := "file"
+	if fi.Mode()&os.ModeDevice != 0 {
+		driver = "host_device"
+	}
+	if strings.Contains(path, ",") {
+		return "", fmt.Errorf("%s: a path with a comma", path)
+	}
+	return fmt.Sprintf("driver=raw,size=%d,file.driver=%s,file.filename=%s", size, driver, path), nil
+}
+
+// ensureFile makes the image file of a Filesystem claim at path, sparse,
+// size bytes long, unless path is a device; a longer file is kept.
+func ensureFile(path string, size int64) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.Mode()&os.ModeDevice != 0:
+		return nil
+	case err == nil && fi.Size() >= size:
+		return nil
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// syncPath flushes what was written to path (a device or a file) to
+// stable storage.
+func syncPath(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	return f.Close()
+}
