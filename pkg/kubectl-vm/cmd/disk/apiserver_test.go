@@ -80,7 +80,7 @@ spec:
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		r := upload("--disk", "root")
-		require.EqualError(t, r.Err, "pod vms/web-disk-upload exists: another upload to vm web runs, or one ended without deleting it (then: kubectl delete pod -n vms web-disk-upload)")
+		require.EqualError(t, r.Err, "pod vms/web-disk-upload exists: another upload for vm web runs, or one ended without deleting it (then: kubectl delete pod -n vms web-disk-upload)")
 		_, err = claims.Get(ctx, "root-disk-web-0", metav1.GetOptions{})
 		require.True(t, apierrors.IsNotFound(err), "no claim made beside another upload: %v", err)
 		require.NoError(t, pods.Delete(ctx, disk.PodName("web"), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))

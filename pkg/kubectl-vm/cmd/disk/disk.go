@@ -22,6 +22,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/completion"
+	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 )
 
@@ -185,7 +186,7 @@ func diskNames(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc 
 			if err != nil || vm.StatefulSet == nil {
 				return nil, err
 			}
-			return disks(vm.StatefulSet), nil
+			return helperpod.Disks(vm.StatefulSet), nil
 		})
 	}
 }

@@ -1,14 +1,12 @@
 package disk
 
 import (
-	"fmt"
 	"path"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
+	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 )
@@ -45,81 +43,19 @@ func (t *target) diskPath() string {
 // reads too.
 var RecordDir = runnerconfig.ImportRecords(runnerconfig.DataDir)
 
-// uploaderPod is the pod that holds the disk's claim for the upload: the
-// VM's runner image, placed as the VM's pod is (its volumes may be local
-// to a node), with the disk (a block device, or a Filesystem claim
-// mounted), the VM's runner data for the records and scratch space for
-// the staged image. It runs "vm-runner disk wait" until it is deleted;
-// the receiver runs in it through pods/exec. It passes Pod Security
-// restricted, as the runner's user, as a VM's pod does: disk wait asks
-// the node agent to give that user the block device. It needs none of
-// the agent's devices, so it asks for no resource, and it does not talk
-// to the API server.
+// uploaderPod is the helper pod that holds the disk's claim for the
+// upload (pkg/kubectl-vm/helperpod), with the VM's runner data for the
+// records and scratch space for the staged image.
 func uploaderPod(t *target) (*corev1.Pod, error) {
-	tmpl := &t.sts.Spec.Template.Spec
-	var runner *corev1.Container
-	for i := range tmpl.Containers {
-		if tmpl.Containers[i].Name == render.ContainerRunner {
-			runner = &tmpl.Containers[i]
-		}
-	}
-	if runner == nil {
-		return nil, fmt.Errorf("statefulset %s/%s has no container %q: cannot tell the VM's runner image", t.sts.Namespace, t.sts.Name, render.ContainerRunner)
-	}
-	// Not the VM's selector labels: neither its StatefulSet (which would
-	// adopt the pod) nor its Services take the uploader for the VM's pod.
-	labels := render.Labels(t.sts.Name)
-	delete(labels, render.LabelName)
-	labels[render.LabelComponent] = ComponentDiskUpload
-	c := corev1.Container{
-		// The runner's name: runnerexec execs into that container.
-		Name:            render.ContainerRunner,
-		Image:           runner.Image,
-		ImagePullPolicy: runner.ImagePullPolicy,
-		// Not the image's entrypoint: a VM's own runner image may have
-		// another.
-		Command: []string{"vm-runner", "disk", "wait"},
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: render.VolumeRunnerData, MountPath: runnerconfig.DataDir},
-			{Name: volumeScratch, MountPath: runnerconfig.ImportScratchDir},
-		},
-		SecurityContext: render.RestrictedContainer(),
-	}
-	render.AskNodeAgent(&c)
+	disk := helperpod.Volume{Name: volumeDisk, Claim: t.claim, Path: DevicePath, Block: true}
 	if t.claimSize > 0 {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volumeDisk, MountPath: path.Dir(FilePath)})
-	} else {
-		c.VolumeDevices = []corev1.VolumeDevice{{Name: volumeDisk, DevicePath: DevicePath}}
+		disk.Path, disk.Block = path.Dir(FilePath), false
 	}
-	return &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: PodName(t.sts.Name), Namespace: t.sts.Namespace, Labels: labels},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                corev1.RestartPolicyNever,
-			NodeName:                     tmpl.NodeName,
-			NodeSelector:                 tmpl.NodeSelector,
-			Affinity:                     tmpl.Affinity,
-			Tolerations:                  tmpl.Tolerations,
-			SecurityContext:              render.RestrictedPod(),
-			AutomountServiceAccountToken: ptr.To(false),
-			EnableServiceLinks:           ptr.To(false),
-			// disk wait ends at once on SIGTERM.
-			TerminationGracePeriodSeconds: ptr.To[int64](5),
-			Containers:                    []corev1.Container{c},
-			Volumes: []corev1.Volume{
-				{Name: volumeDisk, VolumeSource: corev1.VolumeSource{
-					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: t.claim},
-				}},
-				{Name: render.VolumeRunnerData, VolumeSource: corev1.VolumeSource{
-					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(t.sts, render.VolumeRunnerData)},
-				}},
-				// Staging on the node's disk: neither memory nor the
-				// container's root file system holds an image.
-				{Name: volumeScratch, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				render.NodeAgentVolume(),
-			},
-		},
-	}, nil
+	return helperpod.New(t.sts, PodName(t.sts.Name), ComponentDiskUpload, []helperpod.Volume{
+		disk,
+		{Name: render.VolumeRunnerData, Claim: helperpod.ClaimName(t.sts, render.VolumeRunnerData), Path: runnerconfig.DataDir},
+		{Name: volumeScratch, Path: runnerconfig.ImportScratchDir},
+	})
 }
 
 // receiveCommand is what runs in the uploader pod: vm-runner disk

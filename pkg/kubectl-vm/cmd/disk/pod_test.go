@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
@@ -153,10 +154,10 @@ func TestNewClaim(t *testing.T) {
 	sts := renderVM(t, placedVM).StatefulSet
 	var out []byte
 	for _, name := range []string{"root-disk", render.VolumeRunnerData} {
-		claim := newClaim(sts, name)
+		claim := helperpod.NewClaim(sts, name)
 		require.Equal(t, name+"-web-0", claim.Name)
 		require.Equal(t, "vms", claim.Namespace)
-		require.Equal(t, template(sts, name).Spec, claim.Spec)
+		require.Equal(t, helperpod.Template(sts, name).Spec, claim.Spec)
 		for k, v := range sts.Spec.Selector.MatchLabels {
 			require.Equal(t, v, claim.Labels[k])
 		}
@@ -164,7 +165,7 @@ func TestNewClaim(t *testing.T) {
 		require.NoError(t, err)
 		out = append(append(out, "---\n"...), b...)
 	}
-	require.Equal(t, "daily", newClaim(sts, "root-disk").Labels["example.com/backup"])
-	require.NotContains(t, template(sts, "root-disk").Labels, "x", "the template is not changed")
+	require.Equal(t, "daily", helperpod.NewClaim(sts, "root-disk").Labels["example.com/backup"])
+	require.NotContains(t, helperpod.Template(sts, "root-disk").Labels, "x", "the template is not changed")
 	golden.Assert(t, filepath.Join("testdata", "claims.yaml"), out)
 }

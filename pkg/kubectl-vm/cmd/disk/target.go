@@ -6,11 +6,11 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
 )
@@ -29,33 +29,8 @@ type target struct {
 	claimSize int64
 }
 
-// disks are the volume names of the VM's disks, in the StatefulSet's
-// order.
-func disks(sts *appsv1.StatefulSet) []string {
-	var names []string
-	for _, t := range sts.Spec.VolumeClaimTemplates {
-		if t.Name != render.VolumeRunnerData {
-			names = append(names, t.Name)
-		}
-	}
-	return names
-}
 
-// claimName is the claim that the StatefulSet controller makes of
-// template for the VM's one pod.
-func claimName(sts *appsv1.StatefulSet, template string) string {
-	return template + "-" + render.PodName(sts.Name)
-}
 
-// template finds the volumeClaimTemplate called name.
-func template(sts *appsv1.StatefulSet, name string) *corev1.PersistentVolumeClaim {
-	for i := range sts.Spec.VolumeClaimTemplates {
-		if t := &sts.Spec.VolumeClaimTemplates[i]; t.Name == name {
-			return t
-		}
-	}
-	return nil
-}
 
 // findTarget finds the disk of --disk in the VM and checks that the VM
 // is stopped.
@@ -78,12 +53,12 @@ func (o *Options) findTarget(ctx context.Context, vm *vmclient.VM) (*target, err
 // resolveDisk finds disk, a disk's name in the VM or its volume's name,
 // among the StatefulSet's claim templates.
 func resolveDisk(sts *appsv1.StatefulSet, disk string) (*target, error) {
-	all := disks(sts)
+	all := helperpod.Disks(sts)
 	for _, name := range all {
 		if name != disk && name != disk+diskSuffix {
 			continue
 		}
-		return &target{sts: sts, disk: name, claim: claimName(sts, name), claimSize: render.FileDiskSize(template(sts, name).Spec)}, nil
+		return &target{sts: sts, disk: name, claim: helperpod.ClaimName(sts, name), claimSize: render.FileDiskSize(helperpod.Template(sts, name).Spec)}, nil
 	}
 	if len(all) == 0 {
 		return nil, fmt.Errorf("--disk %q: vm %s/%s has no disk with a claim", disk, sts.Namespace, sts.Name)
@@ -108,28 +83,11 @@ func (o *Options) stopped(ctx context.Context, vm *vmclient.VM) error {
 	return nil
 }
 
-// newClaim is the claim of the StatefulSet's template called name, as
-// the StatefulSet controller makes it: the same name, labels (the
-// template's and the selector's) and spec, so that the VM takes it when
-// it starts.
-func newClaim(sts *appsv1.StatefulSet, name string) *corev1.PersistentVolumeClaim {
-	claim := template(sts, name).DeepCopy()
-	claim.Name = claimName(sts, name)
-	claim.Namespace = sts.Namespace
-	if claim.Labels == nil {
-		claim.Labels = map[string]string{}
-	}
-	for k, v := range sts.Spec.Selector.MatchLabels {
-		claim.Labels[k] = v
-	}
-	claim.Status = corev1.PersistentVolumeClaimStatus{}
-	return claim
-}
 
 // ensureClaim makes the claim of template name unless it exists.
 func (o *Options) ensureClaim(ctx context.Context, sts *appsv1.StatefulSet, name string) error {
 	claims := o.client.Kube.CoreV1().PersistentVolumeClaims(sts.Namespace)
-	existing, err := claims.Get(ctx, claimName(sts, name), metav1.GetOptions{})
+	existing, err := claims.Get(ctx, helperpod.ClaimName(sts, name), metav1.GetOptions{})
 	switch {
 	case err == nil:
 		if existing.DeletionTimestamp != nil {
@@ -139,7 +97,7 @@ func (o *Options) ensureClaim(ctx context.Context, sts *appsv1.StatefulSet, name
 	case !apierrors.IsNotFound(err):
 		return o.client.Explain(err)
 	}
-	claim := newClaim(sts, name)
+	claim := helperpod.NewClaim(sts, name)
 	_, err = claims.Create(ctx, claim, metav1.CreateOptions{FieldManager: vmclient.FieldManager})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return o.client.Explain(err)

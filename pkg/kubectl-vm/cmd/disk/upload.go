@@ -10,35 +10,21 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 
-	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
 	"github.com/vmop/vmop/pkg/kubectl-vm/podexec"
-	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
-	"github.com/vmop/vmop/pkg/vmstatus"
 )
-
-// pollInterval is how often the pod's state is read while waiting.
-const pollInterval = 250 * time.Millisecond
-
-// cleanupTimeout bounds the deletion of the pod after the upload, which
-// runs on its own context: the command's may be cancelled by then.
-const cleanupTimeout = time.Minute
 
 // upload runs the uploader pod, streams file (called name) to the
 // receiver in it and deletes the pod.
-func (o *Options) upload(ctx context.Context, t *target, file io.Reader, name string) (err error) {
+func (o *Options) upload(ctx context.Context, t *target, file io.Reader, name string) error {
 	pod, err := uploaderPod(t)
 	if err != nil {
 		return err
 	}
-	pods := o.client.Kube.CoreV1().Pods(pod.Namespace)
-	if err := o.noUploader(ctx, pod); err != nil {
+	if err := helperpod.NoOther(ctx, o.client, pod, "upload"); err != nil {
 		return err
 	}
 	// Where the VM never ran, its claims are made here.
@@ -47,25 +33,17 @@ func (o *Options) upload(ctx context.Context, t *target, file io.Reader, name st
 			return err
 		}
 	}
-	created, err := pods.Create(ctx, pod, metav1.CreateOptions{FieldManager: vmclient.FieldManager})
-	if err != nil {
-		return o.client.Explain(err)
-	}
-	defer func() {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if derr := o.deletePod(cleanup, created); derr != nil {
-			err = errors.Join(err, fmt.Errorf("pod %s/%s: %w; delete it yourself", created.Namespace, created.Name, derr))
-		}
-	}()
-	fmt.Fprintf(o.ErrOut, "pod/%s created; waiting for it to run\n", created.Name)
-	if pod, err = o.waitRunning(ctx, created); err != nil {
-		return err
-	}
+	return helperpod.Run(ctx, o.client, pod, "upload", o.Timeout, o.ErrOut, func(pod *corev1.Pod) error {
+		return o.receive(ctx, t, pod, file, name)
+	})
+}
+
+// receive streams file to the receiver in the uploader pod.
+func (o *Options) receive(ctx context.Context, t *target, pod *corev1.Pod, file io.Reader, name string) error {
 	// Asked first, so that a disk that needs --force is refused before
 	// the image is sent: the receiver reads all of it in any case.
 	var stderr bytes.Buffer
-	err = podexec.Exec(ctx, o.client.Config, pod, append(receiveCommand(t, name, o.size, o.Force), "--check"), podexec.Streams{Stderr: &stderr})
+	err := podexec.Exec(ctx, o.client.Config, pod, append(receiveCommand(t, name, o.size, o.Force), "--check"), podexec.Streams{Stderr: &stderr})
 	if err = o.receiverError(t, err, stderr.String()); err != nil {
 		return err
 	}
@@ -106,90 +84,6 @@ func (o *Options) receiverError(t *target, err error, stderr string) error {
 	return fmt.Errorf("vm %s/%s: the upload to disk %s: %w", t.vm.Namespace, t.vm.Name, t.disk, o.client.Explain(err))
 }
 
-// noUploader waits for an uploader pod of an earlier upload that is
-// being deleted to go, and refuses to run beside one that is not.
-func (o *Options) noUploader(ctx context.Context, pod *corev1.Pod) error {
-	pods := o.client.Kube.CoreV1().Pods(pod.Namespace)
-	old, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return o.client.Explain(err)
-	case old.DeletionTimestamp == nil:
-		return fmt.Errorf("pod %s/%s exists: another upload to vm %s runs, or one ended without deleting it (then: kubectl delete pod -n %s %s)",
-			old.Namespace, old.Name, old.Labels[render.LabelInstance], old.Namespace, old.Name)
-	}
-	return o.waitGone(ctx, old)
-}
 
-// waitRunning waits until the pod's container runs, or says why it does
-// not (unschedulable, the image, a claim that cannot be used).
-func (o *Options) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
-	pods := o.client.Kube.CoreV1().Pods(pod.Namespace)
-	var why string
-	timeout, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	// Each read on ctx: one cut by the timeout would fail with the
-	// client's words, not the timeout's.
-	err := wait.PollUntilContextCancel(timeout, pollInterval, true, func(context.Context) (bool, error) {
-		got, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, o.client.Explain(err)
-		}
-		pod = got
-		switch pod.Status.Phase {
-		case corev1.PodRunning:
-			for _, cs := range pod.Status.ContainerStatuses {
-				if cs.State.Running != nil {
-					return true, nil
-				}
-			}
-		case corev1.PodFailed, corev1.PodSucceeded:
-			return false, fmt.Errorf("pod %s/%s ended before the upload (%s): see kubectl describe pod -n %s %s", pod.Namespace, pod.Name, pod.Status.Phase, pod.Namespace, pod.Name)
-		}
-		// The same reasons the VM's own pod fails for; unschedulable
-		// may pass (a claim being bound), so it is only said at the end.
-		if c := vmstatus.FromPod(pod, true, "").Failed; c.Status == metav1.ConditionTrue {
-			if c.Reason != v1.ReasonUnschedulable {
-				return false, fmt.Errorf("pod %s/%s: %s", pod.Namespace, pod.Name, c.Message)
-			}
-			why = ": " + c.Message
-		}
-		return false, nil
-	})
-	if err != nil && timeout.Err() != nil && ctx.Err() == nil {
-		return nil, fmt.Errorf("pod %s/%s did not run within %s (--timeout)%s", pod.Namespace, pod.Name, o.Timeout, why)
-	}
-	return pod, err
-}
 
-// deletePod deletes the pod and waits until it is gone, so that the VM
-// or the next upload can take the disk at once.
-func (o *Options) deletePod(ctx context.Context, pod *corev1.Pod) error {
-	err := o.client.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: ptr.To(pod.UID)},
-	})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return o.client.Explain(err)
-	}
-	return o.waitGone(ctx, pod)
-}
 
-// waitGone waits until the pod of pod's UID is gone.
-func (o *Options) waitGone(ctx context.Context, pod *corev1.Pod) error {
-	pods := o.client.Kube.CoreV1().Pods(pod.Namespace)
-	return wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
-		got, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return true, nil
-		case err != nil:
-			return false, o.client.Explain(err)
-		}
-		return got.UID != pod.UID, nil
-	})
-}
