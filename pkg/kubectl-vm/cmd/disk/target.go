@@ -29,9 +29,6 @@ type target struct {
 	claimSize int64
 }
 
-
-
-
 // findTarget finds the disk of --disk in the VM and checks that the VM
 // is stopped.
 func (o *Options) findTarget(ctx context.Context, vm *vmclient.VM) (*target, error) {
@@ -82,7 +79,6 @@ func (o *Options) stopped(ctx context.Context, vm *vmclient.VM) error {
 	}
 	return nil
 }
-
 
 // ensureClaim makes the claim of template name unless it exists.
 func (o *Options) ensureClaim(ctx context.Context, sts *appsv1.StatefulSet, name string) error {

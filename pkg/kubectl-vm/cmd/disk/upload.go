@@ -83,7 +83,3 @@ func (o *Options) receiverError(t *target, err error, stderr string) error {
 	}
 	return fmt.Errorf("vm %s/%s: the upload to disk %s: %w", t.vm.Namespace, t.vm.Name, t.disk, o.client.Explain(err))
 }
-
-
-
-
