@@ -170,27 +170,29 @@ func newSnapshotCopyCmd() *cobra.Command {
 		size     int64
 	)
 	cmd := &cobra.Command{
-		Use:   "copy --from PATH --to PATH --size BYTES",
-		Short: "Copy the first SIZE bytes of a disk onto another, and sync it",
+		Use:   "copy --from PATH --to PATH [--size BYTES]",
+		Short: "Copy a disk (its first SIZE bytes) onto another, sync it, and print the bytes copied",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if from == "" || to == "" || size <= 0 {
-				return usage(runnerconfig.ExitConfig, errors.New("--from, --to and --size are required"))
+			if from == "" || to == "" || size < 0 {
+				return usage(runnerconfig.ExitConfig, errors.New("--from and --to are required, and --size is not negative"))
 			}
 			if err := nodeagent.WaitPrepared(context.Background()); err != nil {
 				return exit(runnerconfig.ExitFailed, err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			if err := snapshot.Copy(ctx, "", from, to, size); err != nil {
+			n, err := snapshot.Copy(ctx, "", from, to, size)
+			if err != nil {
 				return exit(runnerconfig.ExitFailed, err)
 			}
+			fmt.Fprintln(cmd.OutOrStdout(), n)
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "the disk to copy: a block device or an image file")
 	f.StringVar(&to, "to", "", "where the copy goes: a block device or an image file, which is made")
-	f.Int64Var(&size, "size", 0, "how many bytes to copy: the disk's size")
+	f.Int64Var(&size, "size", 0, "how many bytes to copy: the disk's size; 0 for all of --from")
 	usageCode(cmd, runnerconfig.ExitConfig)
 	return cmd
 }

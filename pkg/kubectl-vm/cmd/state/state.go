@@ -120,6 +120,18 @@ func newCmd(a action, configFlags *genericclioptions.ConfigFlags, streams generi
 	return cmd, o
 }
 
+// Set starts (running) or stops the VM name and waits up to timeout until
+// it runs or is stopped, as start and stop --wait do, telling streams:
+// what restore and clone do around their copies.
+func Set(ctx context.Context, c *vmclient.Client, streams genericiooptions.IOStreams, name string, running bool, timeout time.Duration) error {
+	a := actionStop
+	if running {
+		a = actionStart
+	}
+	o := &Options{action: a, Names: []string{name}, Wait: true, Timeout: timeout, GracePeriod: -1, client: c, poll: time.Second, IOStreams: streams}
+	return o.Run(ctx)
+}
+
 // Complete makes the client.
 func (o *Options) Complete(names []string) error {
 	o.Names = names
@@ -178,7 +190,7 @@ func (o *Options) act(ctx context.Context, name string) (actedOn, error) {
 		return actedOn{}, err
 	}
 	a := actedOn{vm: vm}
-	running := isRunning(vm)
+	running := IsRunning(vm)
 	switch {
 	case o.action == actionRestart:
 		if !running {
@@ -241,8 +253,8 @@ func stateWord(running bool) string {
 	return "stopped"
 }
 
-// isRunning tells whether the VM is meant to run.
-func isRunning(vm *vmclient.VM) bool {
+// IsRunning tells whether the VM is meant to run.
+func IsRunning(vm *vmclient.VM) bool {
 	if vm.Mode == vmclient.ModeOperator {
 		return vm.VM.Spec.VM.State == v1.StateRunning
 	}

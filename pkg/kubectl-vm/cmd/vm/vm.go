@@ -33,7 +33,9 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/portforward"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/render"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/reset"
+	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/restore"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/set"
+	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/snapshot"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/ssh"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/state"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/status"
@@ -114,6 +116,8 @@ kustomize/kpt KRM function that renders the VirtualMachines of the list.`,
 	cmd.AddCommand(portforward.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(expose.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(disk.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(snapshot.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(restore.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(ssh.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(completion.NewCmd(name, streams))
 	cmd.AddCommand(newVersionCmd(name, configFlags, streams))

@@ -1,0 +1,93 @@
+package vmsnapshot
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
+	"github.com/vmop/vmop/pkg/kubectl-vm/podexec"
+	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
+	"github.com/vmop/vmop/pkg/render"
+)
+
+// BeforeRestorePrefix starts the name of the snapshot that keeps a VM's
+// disks while a restore writes over them.
+const BeforeRestorePrefix = "before-restore-"
+
+// Restore makes the stopped VM's disks and runner data those of snap.
+// The disks as they were are first kept in a snapshot of their own,
+// which brings them back when the restore fails, and which is deleted
+// once it succeeded: a restore is whole or not at all.
+func Restore(ctx context.Context, o Options, vm *vmclient.VM, snap *Snapshot) error {
+	sts := vm.StatefulSet
+	if sts == nil {
+		return fmt.Errorf("vm %s/%s has no StatefulSet yet: the operator has not rendered it; try again in a moment", vm.Namespace, vm.Name)
+	}
+	if snap.Info.Phase != PhaseReady {
+		return fmt.Errorf("snapshot %s of vm %s/%s is %s, not %s: it cannot be restored", snap.Info.Name, vm.Namespace, vm.Name, snap.Info.Phase, PhaseReady)
+	}
+	disks := helperpod.Disks(sts)
+	for _, d := range snap.Info.Disks {
+		if !slices.Contains(disks, d.Name) {
+			return fmt.Errorf("vm %s/%s has no disk %s, which snapshot %s holds; its disks: %v", vm.Namespace, vm.Name, d.Name, snap.Info.Name, disks)
+		}
+	}
+	fmt.Fprintf(o.Log, "keeping the disks as they are in snapshot %s%s until the restore is done\n", BeforeRestorePrefix, NewName(time.Now()))
+	before, err := Take(ctx, o, vm, BeforeRestorePrefix+NewName(time.Now()))
+	if err != nil {
+		return fmt.Errorf("keeping the disks as they are before the restore: %w", err)
+	}
+	cleanup := func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return Delete(ctx, o.Client, before.Secret)
+	}
+	if err := o.restore(ctx, vm, snap); err != nil {
+		fmt.Fprintf(o.Log, "the restore failed (%v); bringing the disks back as they were\n", err)
+		if rerr := o.restore(context.WithoutCancel(ctx), vm, before); rerr != nil {
+			return fmt.Errorf("restoring snapshot %s of vm %s/%s: %w; bringing the disks back failed too (%v): they are in snapshot %s (kubectl vm restore %s %s)",
+				snap.Info.Name, vm.Namespace, vm.Name, err, rerr, before.Info.Name, vm.Name, before.Info.Name)
+		}
+		return errors.Join(fmt.Errorf("restoring snapshot %s of vm %s/%s: %w; the disks are as they were", snap.Info.Name, vm.Namespace, vm.Name, err), cleanup())
+	}
+	return cleanup()
+}
+
+// restore copies snap's disks and runner data onto the VM's claims in
+// the snapshot pod.
+func (o Options) restore(ctx context.Context, vm *vmclient.VM, snap *Snapshot) error {
+	sts := vm.StatefulSet
+	var vmClaims []string
+	for _, d := range snap.Info.Disks {
+		vmClaims = append(vmClaims, helperpod.ClaimName(sts, d.Name))
+	}
+	helper, err := helperpod.New(sts, PodName(vm.Name), Component, podVolumes(snap.Info, vmClaims, helperpod.ClaimName(sts, render.VolumeRunnerData)))
+	if err != nil {
+		return err
+	}
+	if err := helperpod.NoOther(ctx, o.Client, helper, "snapshot or restore"); err != nil {
+		return err
+	}
+	return helperpod.Run(ctx, o.Client, helper, "restore", o.Timeout, o.Log, func(helper *corev1.Pod) error {
+		for i, d := range snap.Info.Disks {
+			fmt.Fprintf(o.Log, "restoring disk %s from snapshot %s\n", d.Name, snap.Info.Name)
+			if _, err := o.copyDisk(ctx, helper, diskPath(helperVolume(i), d.Block), diskPath(vmVolume(i), d.Block), d.Size); err != nil {
+				return fmt.Errorf("disk %s: %w", d.Name, err)
+			}
+		}
+		var stderr bytes.Buffer
+		err := podexec.Exec(ctx, o.Client.Config, helper, []string{"vm-runner", "snapshot", "restore-data"}, podexec.Streams{
+			Stdin: bytes.NewReader(snap.Secret.Data[KeyRunnerData]), Stderr: &stderr,
+		})
+		if err != nil {
+			return execError("the runner data", err, stderr.String())
+		}
+		return nil
+	})
+}

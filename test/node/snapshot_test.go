@@ -1,0 +1,121 @@
+package node
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmop/vmop/pkg/kubectl-vm/vmsnapshot"
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/testguest"
+	"github.com/vmop/vmop/test/harness/testnode"
+)
+
+// TestSnapshots: kubectl vm snapshot, restore and snapshot list/delete
+// on the node's local Block volumes (no CSI snapshots), with the guest
+// writing synced records throughout: an online snapshot holds every
+// record acknowledged before the guest's freeze and none begun after its
+// thaw; a restore brings the disks back to exactly that (the guest goes
+// on after the snapshot's last record), keeps the machine's uuid, and
+// leaves no snapshot of its own; a stopped VM is snapshotted by a copy;
+// --keep deletes the oldest, and delete deletes the claims too.
+func TestSnapshots(t *testing.T) {
+	const ns, vm = "snapshots", "snapped"
+	installVmop(t)
+	createNamespace(t, ns)
+	addImageRepository(t, ns)
+	addGuestDisk(t, ns, vm, append(recordWriter(), testguest.Agent)...)
+	manifest, _ := withRecordsDisk(t, ns, vm, fmt.Sprintf(guestVM, vm, ns))
+	// The snapshots' claims: s1, the restore's own, s2.
+	for i := range 3 {
+		for _, size := range []string{"48Mi", "128Mi"} {
+			require.NoError(t, node.AddBlockVolume(t.Context(), testnode.Volume{
+				Name: fmt.Sprintf("%s-copy-%d-%s", ns, i, strings.ToLower(size)), Size: resource.MustParse(size),
+			}))
+		}
+	}
+	kubectl(t, manifest, "apply", "-f", "-")
+	defer deleteVM(t, ns, vm)
+	kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
+	waitConsole(t, ns, vm, testguest.RecordPrefix+"3", 2*time.Minute)
+	uuid := machineUUID(t, ns, vm)
+
+	// Online.
+	out := kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "s1")
+	require.Regexp(t, `^snapshot s1 of vm snapshots/snapped taken in [0-9.]+s: 2 disks, 176 MiB; consistent, the guest frozen for 0\.[0-9]+s\n$`, out)
+	t.Logf("online snapshot: %s", strings.TrimSpace(out))
+	requireEvents(t, ns, "vm/"+vm, "Frozen", "Thawed", "SnapshotTaken")
+	console, err := consoleLog(t.Context(), ns, vm)
+	require.NoError(t, err)
+	frozeAt, thawedAt := strings.Index(console, testguest.FrozenLine), strings.Index(console, testguest.ThawedLine)
+	require.Positive(t, frozeAt)
+	require.Greater(t, thawedAt, frozeAt)
+	before, after := testguest.AckedRecords(console[:frozeAt]), testguest.AckedRecords(console[:thawedAt])+1
+	t.Logf("records acknowledged before the freeze: %d; after the thaw: from %d", before, after+1)
+	requireCopyHolds(t, ns, vmsnapshot.ClaimName(vm, "s1", "records"), before, after+1)
+	require.Regexp(t, `(?m)^snapped\s+s1\s+Ready\s+copy\s+consistent\s+2\s+176 MiB\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm))
+
+	// Records on, then back to s1.
+	waitConsole(t, ns, vm, testguest.RecordPrefix+fmt.Sprint(after+5), 2*time.Minute)
+	out = kubectl(t, "", "vm", "restore", "-n", ns, vm, "s1")
+	require.Contains(t, out, "vm snapshots/snapped restored to snapshot s1 in ")
+	t.Logf("restore: %s", out)
+	next := requireResumed(t, ns, vm, before)
+	require.LessOrEqual(t, next, after+1, "the guest goes on after the snapshot's last record, not the disk's before the restore")
+	require.Equal(t, uuid, machineUUID(t, ns, vm), "the machine's uuid")
+	list := kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm)
+	require.NotContains(t, list, vmsnapshot.BeforeRestorePrefix, "the restore's own snapshot is deleted")
+
+	// Stopped: a copy; --keep 1 deletes s1 with its claims.
+	kubectl(t, "", "vm", "stop", "-n", ns, vm, "--wait", "--timeout", "3m")
+	out = kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "s2", "--keep", "1")
+	require.Regexp(t, `^snapshot s2 of vm snapshots/snapped taken in [0-9.]+s: 2 disks, 176 MiB; stopped\nsnapshot s1 of vm snapshots/snapped deleted \(--keep 1\)\n$`, out)
+	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s1", "records"))
+	kubectl(t, "", "vm", "snapshot", "delete", "-n", ns, vm, "s2")
+	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s2", "system"))
+}
+
+// requireCopyHolds requires that the snapshot's claim of the records disk
+// holds records 1 to upTo and not record not.
+func requireCopyHolds(t *testing.T, ns, claim string, upTo, not int) {
+	t.Helper()
+	c, err := node.Client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
+	require.NoError(t, err)
+	f, err := os.Open(node.DiskFile(c.Spec.VolumeName))
+	require.NoError(t, err)
+	defer f.Close()
+	lost, err := testguest.LostRecords(f, not)
+	require.NoError(t, err)
+	for _, l := range lost {
+		require.Greater(t, l, upTo, "record %d, acknowledged before the freeze, is not in the snapshot", l)
+	}
+	require.Contains(t, lost, not, "record %d, begun after the thaw, is in the snapshot", not)
+}
+
+func requireClaimGone(t *testing.T, ns, claim string) {
+	t.Helper()
+	eventually.Within(t, time.Minute, func() string {
+		_, err := node.Client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return ""
+		}
+		return fmt.Sprintf("claim %s is still there (%v)", claim, err)
+	})
+}
+
+// machineUUID is the SMBIOS uuid the VM's runner keeps in its data.
+func machineUUID(t *testing.T, ns, vm string) string {
+	t.Helper()
+	c, err := node.Client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "runner-data-"+vm+"-0", metav1.GetOptions{})
+	require.NoError(t, err)
+	b, err := os.ReadFile(node.VolumePath(c.Spec.VolumeName) + "/uuid.txt")
+	require.NoError(t, err)
+	return string(b)
+}
