@@ -59,7 +59,7 @@ func TestSnapshots(t *testing.T) {
 	require.Greater(t, thawedAt, frozeAt)
 	before, after := testguest.AckedRecords(console[:frozeAt]), testguest.AckedRecords(console[:thawedAt])+1
 	t.Logf("records acknowledged before the freeze: %d; after the thaw: from %d", before, after+1)
-	requireCopyHolds(t, ns, vmsnapshot.ClaimName(vm, "s1", "records"), before, after+1)
+	requireCopyHolds(t, ns, vmsnapshot.ClaimName(vm, "s1", "records-disk"), before, after+1)
 	require.Regexp(t, `(?m)^snapped\s+s1\s+Ready\s+copy\s+consistent\s+2\s+176 MiB\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm))
 
 	// Records on, then back to s1.
@@ -77,9 +77,9 @@ func TestSnapshots(t *testing.T) {
 	kubectl(t, "", "vm", "stop", "-n", ns, vm, "--wait", "--timeout", "3m")
 	out = kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "s2", "--keep", "1")
 	require.Regexp(t, `^snapshot s2 of vm snapshots/snapped taken in [0-9.]+s: 2 disks, 176 MiB; stopped\nsnapshot s1 of vm snapshots/snapped deleted \(--keep 1\)\n$`, out)
-	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s1", "records"))
+	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s1", "records-disk"))
 	kubectl(t, "", "vm", "snapshot", "delete", "-n", ns, vm, "s2")
-	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s2", "system"))
+	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s2", "system-disk"))
 }
 
 // requireCopyHolds requires that the snapshot's claim of the records disk
