@@ -3,16 +3,19 @@ package node
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmsnapshot"
+	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testguest"
 	"github.com/vmop/vmop/test/harness/testnode"
@@ -33,6 +36,12 @@ func TestSnapshots(t *testing.T) {
 	addImageRepository(t, ns)
 	addGuestDisk(t, ns, vm, append(recordWriter(), testguest.Agent)...)
 	manifest, _ := withRecordsDisk(t, ns, vm, fmt.Sprintf(guestVM, vm, ns))
+	// A second records disk, an image file on a Filesystem claim.
+	fsRecords := ns + "-" + vm + "-fs-records"
+	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{
+		Name: fsRecords, Size: resource.MustParse("128Mi"), Labels: map[string]string{"disk": fsRecords},
+	}))
+	manifest = strings.Replace(manifest, "    - cdrom:\n", diskClaim("fs-records", testnode.StorageClassFilesystem, "Filesystem", fsRecords, "128Mi")+"    - cdrom:\n", 1)
 	// The snapshots' claims: s1, the restore's own, s2.
 	for i := range 3 {
 		for _, size := range []string{"48Mi", "128Mi"} {
@@ -40,6 +49,9 @@ func TestSnapshots(t *testing.T) {
 				Name: fmt.Sprintf("%s-copy-%d-%s", ns, i, strings.ToLower(size)), Size: resource.MustParse(size),
 			}))
 		}
+		require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{
+			Name: fmt.Sprintf("%s-copy-%d-dir", ns, i), Size: resource.MustParse("128Mi"),
+		}))
 	}
 	kubectl(t, manifest, "apply", "-f", "-")
 	defer deleteVM(t, ns, vm)
@@ -49,7 +61,7 @@ func TestSnapshots(t *testing.T) {
 
 	// Online.
 	out := kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "s1")
-	require.Regexp(t, `^snapshot s1 of vm snapshots/snapped taken in [0-9.]+s: 2 disks, 176 MiB; consistent, the guest frozen for 0\.[0-9]+s\n$`, out)
+	require.Regexp(t, `^snapshot s1 of vm snapshots/snapped taken in [0-9.]+s: 3 disks, 304 MiB; consistent, the guest frozen for 0\.[0-9]+s\n$`, out)
 	t.Logf("online snapshot: %s", strings.TrimSpace(out))
 	requireEvents(t, ns, "vm/"+vm, "Frozen", "Thawed", "SnapshotTaken")
 	console, err := consoleLog(t.Context(), ns, vm)
@@ -60,7 +72,8 @@ func TestSnapshots(t *testing.T) {
 	before, after := testguest.AckedRecords(console[:frozeAt]), testguest.AckedRecords(console[:thawedAt])+1
 	t.Logf("records acknowledged before the freeze: %d; after the thaw: from %d", before, after+1)
 	requireCopyHolds(t, ns, vmsnapshot.ClaimName(vm, "s1", "records-disk"), before, after+1)
-	require.Regexp(t, `(?m)^snapped\s+s1\s+Ready\s+copy\s+consistent\s+2\s+176 MiB\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm))
+	requireCopyHolds(t, ns, vmsnapshot.ClaimName(vm, "s1", "fs-records-disk"), before, after+1)
+	require.Regexp(t, `(?m)^snapped\s+s1\s+Ready\s+copy\s+consistent\s+3\s+304 MiB\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm))
 
 	// Records on, then back to s1.
 	waitConsole(t, ns, vm, testguest.RecordPrefix+fmt.Sprint(after+5), 2*time.Minute)
@@ -76,19 +89,24 @@ func TestSnapshots(t *testing.T) {
 	// Stopped: a copy; --keep 1 deletes s1 with its claims.
 	kubectl(t, "", "vm", "stop", "-n", ns, vm, "--wait", "--timeout", "3m")
 	out = kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "s2", "--keep", "1")
-	require.Regexp(t, `^snapshot s2 of vm snapshots/snapped taken in [0-9.]+s: 2 disks, 176 MiB; stopped\nsnapshot s1 of vm snapshots/snapped deleted \(--keep 1\)\n$`, out)
+	require.Regexp(t, `^snapshot s2 of vm snapshots/snapped taken in [0-9.]+s: 3 disks, 304 MiB; stopped\nsnapshot s1 of vm snapshots/snapped deleted \(--keep 1\)\n$`, out)
 	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s1", "records-disk"))
 	kubectl(t, "", "vm", "snapshot", "delete", "-n", ns, vm, "s2")
 	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s2", "system-disk"))
 }
 
-// requireCopyHolds requires that the snapshot's claim of the records disk
-// holds records 1 to upTo and not record not.
+// requireCopyHolds requires that the snapshot's claim of a records disk
+// (a Block volume, or a Filesystem one with the image file) holds records
+// 1 to upTo and not record not.
 func requireCopyHolds(t *testing.T, ns, claim string, upTo, not int) {
 	t.Helper()
 	c, err := node.Client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
 	require.NoError(t, err)
-	f, err := os.Open(node.DiskFile(c.Spec.VolumeName))
+	file := node.DiskFile(c.Spec.VolumeName)
+	if *c.Spec.VolumeMode == corev1.PersistentVolumeFilesystem {
+		file = filepath.Join(node.VolumePath(c.Spec.VolumeName), runnerconfig.DiskFileName)
+	}
+	f, err := os.Open(file)
 	require.NoError(t, err)
 	defer f.Close()
 	lost, err := testguest.LostRecords(f, not)

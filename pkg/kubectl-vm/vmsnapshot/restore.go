@@ -48,9 +48,9 @@ func Restore(ctx context.Context, o Options, vm *vmclient.VM, snap *Snapshot) er
 		defer cancel()
 		return Delete(ctx, o.Client, before.Secret)
 	}
-	if err := o.restore(ctx, vm, snap); err != nil {
+	if err := o.restore(ctx, vm, snap, false); err != nil {
 		fmt.Fprintf(o.Log, "the restore failed (%v); bringing the disks back as they were\n", err)
-		if rerr := o.restore(context.WithoutCancel(ctx), vm, before); rerr != nil {
+		if rerr := o.restore(context.WithoutCancel(ctx), vm, before, false); rerr != nil {
 			return fmt.Errorf("restoring snapshot %s of vm %s/%s: %w; bringing the disks back failed too (%v): they are in snapshot %s (kubectl vm restore %s %s)",
 				snap.Info.Name, vm.Namespace, vm.Name, err, rerr, before.Info.Name, vm.Name, before.Info.Name)
 		}
@@ -60,8 +60,9 @@ func Restore(ctx context.Context, o Options, vm *vmclient.VM, snap *Snapshot) er
 }
 
 // restore copies snap's disks and runner data onto the VM's claims in
-// the snapshot pod.
-func (o Options) restore(ctx context.Context, vm *vmclient.VM, snap *Snapshot) error {
+// the snapshot pod; for a clone, all the runner data but the machine's
+// uuid.
+func (o Options) restore(ctx context.Context, vm *vmclient.VM, snap *Snapshot, clone bool) error {
 	sts := vm.StatefulSet
 	var vmClaims []string
 	for _, d := range snap.Info.Disks {
@@ -81,8 +82,12 @@ func (o Options) restore(ctx context.Context, vm *vmclient.VM, snap *Snapshot) e
 				return fmt.Errorf("disk %s: %w", d.Name, err)
 			}
 		}
+		cmd := []string{"vm-runner", "snapshot", "restore-data"}
+		if clone {
+			cmd = append(cmd, "--clone")
+		}
 		var stderr bytes.Buffer
-		err := podexec.Exec(ctx, o.Client.Config, helper, []string{"vm-runner", "snapshot", "restore-data"}, podexec.Streams{
+		err := podexec.Exec(ctx, o.Client.Config, helper, cmd, podexec.Streams{
 			Stdin: bytes.NewReader(snap.Secret.Data[KeyRunnerData]), Stderr: &stderr,
 		})
 		if err != nil {

@@ -86,10 +86,15 @@ func Take(ctx context.Context, o Options, vm *vmclient.VM, name string) (*Snapsh
 	if err != nil {
 		return nil, err
 	}
+	stsYAML, err := statefulSetOf(vm)
+	if err != nil {
+		return nil, err
+	}
 	secret, err := NewSecret(vm.Namespace, info, manifest)
 	if err != nil {
 		return nil, err
 	}
+	secret.Data[KeyStatefulSet] = stsYAML
 	var vmClaims []string
 	dataClaim := ""
 	if !online {
@@ -356,29 +361,33 @@ func copyClaim(from *corev1.PersistentVolumeClaim, name string, owner *corev1.Se
 // manifestOf is the VM as it is now, without what the cluster adds: the
 // VirtualMachine, or in GitOps mode its StatefulSet.
 func manifestOf(vm *vmclient.VM) ([]byte, error) {
-	var obj map[string]any
 	if vm.Object != nil {
-		obj = vm.Object.DeepCopy().Object
-	} else {
-		u, err := toUnstructured(vm.StatefulSet)
-		if err != nil {
-			return nil, err
-		}
-		obj = u
-		obj["apiVersion"], obj["kind"] = "apps/v1", "StatefulSet"
+		return cleanYAML(vm.Object.DeepCopy().Object)
 	}
-	delete(obj, "status")
-	for _, f := range []string{"managedFields", "resourceVersion", "uid", "creationTimestamp", "generation"} {
-		unstructured.RemoveNestedField(obj, "metadata", f)
-	}
-	return yaml.Marshal(obj)
+	return statefulSetOf(vm)
 }
 
-func toUnstructured(v any) (map[string]any, error) {
-	b, err := json.Marshal(v)
+// statefulSetOf is the VM's StatefulSet without what the cluster adds:
+// what a clone of a deleted VM is placed by.
+func statefulSetOf(vm *vmclient.VM) ([]byte, error) {
+	b, err := json.Marshal(vm.StatefulSet)
 	if err != nil {
 		return nil, err
 	}
-	var m map[string]any
-	return m, json.Unmarshal(b, &m)
+	var obj map[string]any
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, err
+	}
+	obj["apiVersion"], obj["kind"] = "apps/v1", "StatefulSet"
+	return cleanYAML(obj)
+}
+
+// cleanYAML is obj as YAML, without its status and the metadata the
+// cluster sets.
+func cleanYAML(obj map[string]any) ([]byte, error) {
+	delete(obj, "status")
+	for _, f := range []string{"managedFields", "resourceVersion", "uid", "creationTimestamp", "generation", "ownerReferences"} {
+		unstructured.RemoveNestedField(obj, "metadata", f)
+	}
+	return yaml.Marshal(obj)
 }

@@ -37,10 +37,12 @@ const (
 	// SecretType is the Secrets' type.
 	SecretType corev1.SecretType = v1.Group + "/snapshot"
 	// KeyManifest holds the VM's manifest as it was (the VirtualMachine,
-	// or in GitOps mode the StatefulSet), KeyRunnerData the runner
-	// data's archive.
-	KeyManifest   = "vm.yaml"
-	KeyRunnerData = "runner-data.tar.gz"
+	// or in GitOps mode the StatefulSet), KeyStatefulSet its StatefulSet
+	// (the runner image and placement of a clone of a deleted VM),
+	// KeyRunnerData the runner data's archive.
+	KeyManifest    = "vm.yaml"
+	KeyStatefulSet = "statefulset.yaml"
+	KeyRunnerData  = "runner-data.tar.gz"
 )
 
 // Phases of a snapshot.

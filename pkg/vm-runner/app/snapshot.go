@@ -217,18 +217,27 @@ func newSnapshotDataCmd() *cobra.Command {
 }
 
 func newSnapshotRestoreDataCmd() *cobra.Command {
-	var dir string
+	var (
+		dir   string
+		clone bool
+	)
 	cmd := &cobra.Command{
-		Use:   "restore-data [--dir DIR] < archive",
+		Use:   "restore-data [--dir DIR] [--clone] < archive",
 		Short: "Make the VM's runner data the archive's, read from stdin",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := runnerdata.Extract(cmd.InOrStdin(), dir); err != nil {
+			var drop []string
+			if clone {
+				drop = append(drop, runnerdata.UUIDFile)
+			}
+			if err := runnerdata.Extract(cmd.InOrStdin(), dir, drop...); err != nil {
 				return exit(runnerconfig.ExitFailed, err)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", runnerconfig.DataDir, "the runner data's directory")
+	cmd.Flags().BoolVar(&clone, "clone", false, "for a clone: leave out the machine's uuid, so that the clone gets its own")
+	cmd.Flags().BoolVar(&clone, "clone", false, "for a clone: leave out the machine's uuid, so that the clone gets its own")
 	usageCode(cmd, runnerconfig.ExitConfig)
 	return cmd
 }

@@ -57,7 +57,7 @@ func machineUUID(c *runnerconfig.Config, dataDir string) (string, error) {
 	if c.VM.UUID != "" {
 		return c.VM.UUID, nil
 	}
-	path := filepath.Join(dataDir, "uuid.txt")
+	path := filepath.Join(dataDir, runnerdata.UUIDFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
 		id := strings.TrimSpace(string(b))

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // MaxArchive bounds a runner data archive: it lives in the snapshot's
@@ -68,11 +69,15 @@ func addFile(tw *tar.Writer, path, name string) error {
 	return err
 }
 
-// Extract makes dir hold exactly the files of the archive r: the VM's
-// runner data as its snapshot has it. The whole archive is read and
-// checked first; each file is written whole (WriteFile), and what the
-// archive does not have is removed after.
-func Extract(r io.Reader, dir string) error {
+// UUIDFile holds the VM's SMBIOS uuid, made at its first start: a
+// clone's runner data leaves it out, so that the clone gets its own.
+const UUIDFile = "uuid.txt"
+
+// Extract makes dir hold exactly the files of the archive r but those
+// named in drop: the VM's runner data as its snapshot has it. The whole
+// archive is read and checked first; each file is written whole
+// (WriteFile), and what it does not have is removed after.
+func Extract(r io.Reader, dir string, drop ...string) error {
 	gz, err := gzip.NewReader(io.LimitReader(r, MaxArchive))
 	if err != nil {
 		return fmt.Errorf("the runner data archive: %w", err)
@@ -101,7 +106,9 @@ func Extract(r io.Reader, dir string) error {
 		if err != nil {
 			return fmt.Errorf("the runner data archive: %w", err)
 		}
-		files = append(files, file{filepath.Join(dir, name), os.FileMode(h.Mode).Perm(), data})
+		if !slices.Contains(drop, name) {
+			files = append(files, file{filepath.Join(dir, name), os.FileMode(h.Mode).Perm(), data})
+		}
 	}
 	keep := map[string]bool{}
 	for _, f := range files {

@@ -22,6 +22,7 @@ import (
 
 	vmopinstall "github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/cdrom"
+	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/clone"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/completion"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/console"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/create"
@@ -118,6 +119,7 @@ kustomize/kpt KRM function that renders the VirtualMachines of the list.`,
 	cmd.AddCommand(disk.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(snapshot.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(restore.NewCmd(name, configFlags, streams))
+	cmd.AddCommand(clone.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(ssh.NewCmd(name, configFlags, streams))
 	cmd.AddCommand(completion.NewCmd(name, streams))
 	cmd.AddCommand(newVersionCmd(name, configFlags, streams))
