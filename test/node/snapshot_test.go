@@ -42,8 +42,8 @@ func TestSnapshots(t *testing.T) {
 		Name: fsRecords, Size: resource.MustParse("128Mi"), Labels: map[string]string{"disk": fsRecords},
 	}))
 	manifest = strings.Replace(manifest, "    - cdrom:\n", diskClaim("fs-records", testnode.StorageClassFilesystem, "Filesystem", fsRecords, "128Mi")+"    - cdrom:\n", 1)
-	// The snapshots' claims: s1, the restore's own, s2.
-	for i := range 3 {
+	// The snapshots' claims: s1, the restore's own, s2; the clone's.
+	for i := range 4 {
 		for _, size := range []string{"48Mi", "128Mi"} {
 			require.NoError(t, node.AddBlockVolume(t.Context(), testnode.Volume{
 				Name: fmt.Sprintf("%s-copy-%d-%s", ns, i, strings.ToLower(size)), Size: resource.MustParse(size),
@@ -85,6 +85,18 @@ func TestSnapshots(t *testing.T) {
 	require.Equal(t, uuid, machineUUID(t, ns, vm), "the machine's uuid")
 	list := kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm)
 	require.NotContains(t, list, vmsnapshot.BeforeRestorePrefix, "the restore's own snapshot is deleted")
+
+	// A clone of s1 boots beside it: the same records, its own uuid.
+	const twin = "twin"
+	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{Name: ns + "-" + twin + "-data", Size: resource.MustParse("16Mi")}))
+	out = kubectl(t, "", "vm", "clone", "-n", ns, vm, twin, "--snapshot", "s1")
+	require.Equal(t, "vm snapshots/twin cloned from snapshot s1 of snapped\n", out)
+	defer deleteVM(t, ns, twin)
+	twinNext := requireResumed(t, ns, twin, before)
+	require.LessOrEqual(t, twinNext, after+1)
+	require.NotEqual(t, uuid, machineUUID(t, ns, twin), "the clone's machine uuid")
+	require.Equal(t, uuid, machineUUID(t, ns, vm))
+	waitConsole(t, ns, vm, testguest.RecordPrefix+fmt.Sprint(next+2), time.Minute)
 
 	// Stopped: a copy; --keep 1 deletes s1 with its claims.
 	kubectl(t, "", "vm", "stop", "-n", ns, vm, "--wait", "--timeout", "3m")

@@ -93,7 +93,7 @@ func cloneManifest(snap *Snapshot, name string) (*unstructured.Unstructured, err
 	}
 	u := &unstructured.Unstructured{Object: obj}
 	if !v1.IsVirtualMachine(u.GetAPIVersion(), u.GetKind()) {
-		return nil, fmt.Errorf("snapshot %s of vm %s/%s was taken in GitOps mode (it holds the VM's %s, not its VirtualMachine): clone the VM in Git, then restore the snapshot into the clone", snap.Info.Name, snap.Secret.Namespace, snap.Info.VM, u.GetKind())
+		return nil, fmt.Errorf("snapshot %s of vm %s/%s was taken in GitOps mode (it holds the VM's %s, not its VirtualMachine): commit a copy of the VM named %s to Git, then kubectl vm restore %s %s --from %s", snap.Info.Name, snap.Secret.Namespace, snap.Info.VM, u.GetKind(), name, name, snap.Info.Name, snap.Info.VM)
 	}
 	u.SetName(name)
 	u.SetNamespace(snap.Secret.Namespace)

@@ -20,8 +20,9 @@ import (
 // disks while a restore writes over them.
 const BeforeRestorePrefix = "before-restore-"
 
-// Restore makes the stopped VM's disks and runner data those of snap.
-// The disks as they were are first kept in a snapshot of their own,
+// Restore makes the stopped VM's disks and runner data those of snap,
+// a snapshot of it or of another VM (then as a clone: the VM keeps its
+// machine uuid). The disks as they were are first kept in a snapshot of their own,
 // which brings them back when the restore fails, and which is deleted
 // once it succeeded: a restore is whole or not at all.
 func Restore(ctx context.Context, o Options, vm *vmclient.VM, snap *Snapshot) error {
@@ -48,7 +49,7 @@ func Restore(ctx context.Context, o Options, vm *vmclient.VM, snap *Snapshot) er
 		defer cancel()
 		return Delete(ctx, o.Client, before.Secret)
 	}
-	if err := o.restore(ctx, vm, snap, false); err != nil {
+	if err := o.restore(ctx, vm, snap, snap.Info.VM != vm.Name); err != nil {
 		fmt.Fprintf(o.Log, "the restore failed (%v); bringing the disks back as they were\n", err)
 		if rerr := o.restore(context.WithoutCancel(ctx), vm, before, false); rerr != nil {
 			return fmt.Errorf("restoring snapshot %s of vm %s/%s: %w; bringing the disks back failed too (%v): they are in snapshot %s (kubectl vm restore %s %s)",

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
@@ -93,4 +94,62 @@ func TestListGetDelete(t *testing.T) {
 	snaps, err = List(ctx, c, "vms", "web")
 	require.NoError(t, err)
 	require.Len(t, snaps, 1)
+}
+
+// TestCloneManifest: the clone is the original renamed, without what
+// makes a machine itself; a GitOps snapshot holds no VirtualMachine.
+func TestCloneManifest(t *testing.T) {
+	secret, err := NewSecret("vms", Info{VM: "golden", Name: "v1", Phase: PhaseReady}, []byte(`apiVersion: vmoperator.jdrupes.org/v1
+kind: VirtualMachine
+metadata:
+  name: golden
+  namespace: vms
+  labels:
+    team: a
+spec:
+  cloudInit:
+    metaData:
+      instance-id: golden-1
+      local-hostname: golden
+    userData:
+      hostname: x
+  vm:
+    state: Running
+    machineUuid: 0b6f4a2e-1111-2222-3333-444455556666
+    networks:
+    - pod:
+        mac: "02:00:00:00:00:01"
+        ports: [22]
+    - user:
+        mac: "02:00:00:00:00:02"
+`))
+	require.NoError(t, err)
+	u, err := cloneManifest(&Snapshot{Secret: secret, Info: Info{VM: "golden", Name: "v1"}}, "desk-1")
+	require.NoError(t, err)
+	b, err := yaml.Marshal(u.Object)
+	require.NoError(t, err)
+	require.Equal(t, `apiVersion: vmoperator.jdrupes.org/v1
+kind: VirtualMachine
+metadata:
+  labels:
+    team: a
+  name: desk-1
+  namespace: vms
+spec:
+  cloudInit:
+    metaData: {}
+    userData:
+      hostname: x
+  vm:
+    networks:
+    - pod:
+        ports:
+        - 22
+    - user: {}
+    state: Running
+`, string(b))
+
+	secret.Data[KeyManifest] = []byte("apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: golden\n")
+	_, err = cloneManifest(&Snapshot{Secret: secret, Info: Info{VM: "golden", Name: "v1"}}, "desk-1")
+	require.EqualError(t, err, "snapshot v1 of vm vms/golden was taken in GitOps mode (it holds the VM's StatefulSet, not its VirtualMachine): commit a copy of the VM named desk-1 to Git, then kubectl vm restore desk-1 v1 --from golden")
 }

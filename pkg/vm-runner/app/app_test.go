@@ -183,6 +183,15 @@ func TestUsageErrors(t *testing.T) {
 		{"freeze --timeout 11m", runnerconfig.ExitConfig, "vm-runner freeze: --timeout 11m0s: must be above 0 and at most 10m0s"},
 		{"freeze extra", runnerconfig.ExitConfig, `vm-runner freeze: unexpected argument "extra"`},
 		{"thaw --timeout 1m", runnerconfig.ExitConfig, "vm-runner thaw: unknown flag: --timeout"},
+		{"snapshot", runnerconfig.ExitConfig, "vm-runner snapshot: a command is required: disks, push, serve, copy, data or restore-data"},
+		{"snapshot bogus", runnerconfig.ExitConfig, `vm-runner snapshot: unknown command "bogus"`},
+		{"snapshot push --host h", runnerconfig.ExitConfig, "vm-runner snapshot push: --host and --export are required"},
+		{"snapshot push --host h --export d=e", runnerconfig.ExitConfig, `vm-runner snapshot push: --export "d=e": want DISK=EXPORT:PORT`},
+		{"snapshot serve", runnerconfig.ExitConfig, "vm-runner snapshot serve: --export is required"},
+		{"snapshot serve --export a=/dev/x", runnerconfig.ExitConfig, `vm-runner snapshot serve: export "a=/dev/x": want NAME=PATH:SIZE`},
+		{"snapshot serve --export a=/dev/x:0", runnerconfig.ExitConfig, `vm-runner snapshot serve: export "a=/dev/x:0": the size must be a number of bytes above 0`},
+		{"snapshot copy --from a", runnerconfig.ExitConfig, "vm-runner snapshot copy: --from and --to are required, and --size is not negative"},
+		{"snapshot restore-data extra", runnerconfig.ExitConfig, `vm-runner snapshot restore-data: unexpected argument "extra"`},
 	} {
 		t.Run(tc.args, func(t *testing.T) {
 			code, stdout, stderr := execute(strings.Fields(tc.args)...)

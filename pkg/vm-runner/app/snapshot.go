@@ -237,7 +237,6 @@ func newSnapshotRestoreDataCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "dir", runnerconfig.DataDir, "the runner data's directory")
 	cmd.Flags().BoolVar(&clone, "clone", false, "for a clone: leave out the machine's uuid, so that the clone gets its own")
-	cmd.Flags().BoolVar(&clone, "clone", false, "for a clone: leave out the machine's uuid, so that the clone gets its own")
 	usageCode(cmd, runnerconfig.ExitConfig)
 	return cmd
 }

@@ -24,7 +24,9 @@ import (
 // Options are the options of restore.
 type Options struct {
 	VM, Snapshot string
-	Timeout      time.Duration
+	// From is the VM whose snapshot it is; VM by default.
+	From    string
+	Timeout time.Duration
 
 	configFlags *genericclioptions.ConfigFlags
 	client      *vmclient.Client
@@ -34,8 +36,8 @@ type Options struct {
 // NewCmd makes the restore command.
 func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &Options{configFlags: configFlags, IOStreams: streams}
-	return &cobra.Command{
-		Use:   "restore VM SNAPSHOT [--timeout 10m]",
+	cmd := &cobra.Command{
+		Use:   "restore VM SNAPSHOT [--from SOURCE] [--timeout 10m]",
 		Short: "Put a VM back to one of its snapshots",
 		Long: `Put the VM back to its snapshot SNAPSHOT (kubectl vm snapshot): its disks
 and its runner data (UEFI variables, TPM state, machine uuid) become the
@@ -49,9 +51,16 @@ VM's manifest is not changed (kubectl vm snapshot list shows what the
 snapshot holds). In GitOps mode the stop and start are scales of the
 StatefulSet, as kubectl vm stop and start do.
 
+With --from, SNAPSHOT is one of VM SOURCE's, which must have the same
+disks: VM becomes a clone of it (it keeps its own machine uuid), as
+kubectl vm clone does for a VM in Git.
+
 Needs the rights of kubectl vm snapshot and stop/start.`,
 		Example: fmt.Sprintf(`  # Undo a failed upgrade of the guest
-  %[1]s restore web before-upgrade`, name),
+  %[1]s restore web before-upgrade
+
+  # Fill desk-1, committed to Git as a copy of golden, from golden's v1
+  %[1]s restore desk-1 v1 --from golden`, name),
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: completion.VMName(configFlags),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,13 +73,16 @@ Needs the rights of kubectl vm snapshot and stop/start.`,
 			return o.Run(cmd.Context())
 		},
 	}
+	cmd.Flags().StringVar(&o.From, "from", "", "the VM whose snapshot SNAPSHOT is (default: VM)")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long each step (the stop, the snapshot pod, the start) may take")
+	return cmd
 }
 
 // Complete takes the names and makes the client.
 func (o *Options) Complete(args []string) error {
 	o.VM, o.Snapshot = args[0], args[1]
-	if o.Timeout == 0 {
-		o.Timeout = 10 * time.Minute
+	if o.From == "" {
+		o.From = o.VM
 	}
 	var err error
 	o.client, err = vmclient.New(o.configFlags)
@@ -79,10 +91,10 @@ func (o *Options) Complete(args []string) error {
 
 // Validate checks the arguments.
 func (o *Options) Validate() error {
-	if err := vmsnapshot.ValidName(o.Snapshot); err != nil {
-		return err
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout %s: must be more than 0", o.Timeout)
 	}
-	return nil
+	return vmsnapshot.ValidName(o.Snapshot)
 }
 
 // Run stops the VM, restores the snapshot and starts the VM if it ran.
@@ -94,7 +106,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	snap, err := vmsnapshot.Get(ctx, c, vm.Namespace, vm.Name, o.Snapshot)
+	snap, err := vmsnapshot.Get(ctx, c, vm.Namespace, o.From, o.Snapshot)
 	if err != nil {
 		return err
 	}
