@@ -35,7 +35,9 @@ func TestSnapshots(t *testing.T) {
 	createNamespace(t, ns)
 	addImageRepository(t, ns)
 	addGuestDisk(t, ns, vm, append(recordWriter(), testguest.Agent)...)
-	manifest, _ := withRecordsDisk(t, ns, vm, fmt.Sprintf(guestVM, vm, ns))
+	// Small requests: the clone runs beside it on the node's 2 CPUs.
+	manifest, _ := withRecordsDisk(t, ns, vm, strings.Replace(fmt.Sprintf(guestVM, vm, ns),
+		"spec:\n  vm:\n", "spec:\n  resources:\n    requests:\n      cpu: 100m\n  vm:\n", 1))
 	// A second records disk, an image file on a Filesystem claim.
 	fsRecords := ns + "-" + vm + "-fs-records"
 	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{

@@ -36,7 +36,7 @@ maximumRam: 512Mi
 currentRam: 512Mi
 `
 
-func newGuestVM(t *testing.T, config string, appends ...string) *vm {
+func newGuestVM(t testing.TB, config string, appends ...string) *vm {
 	g := testguest.Build(t).WithAppend(appends...)
 	args := g.QemuArgs()
 	var extra []string

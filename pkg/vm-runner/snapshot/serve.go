@@ -133,6 +133,9 @@ func (s Server) Serve(ctx context.Context, stop <-chan struct{}) error {
 	}
 	running = nil
 	for _, e := range exports {
+		if err := digHoles(e.Path); err != nil {
+			errs = append(errs, err)
+		}
 		if err := syncPath(e.Path); err != nil {
 			errs = append(errs, err)
 		}

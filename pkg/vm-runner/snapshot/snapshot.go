@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // PSK is the pre-shared key of one snapshot's NBD connections: qemu's
@@ -117,4 +119,68 @@ func syncPath(path string) error {
 		return fmt.Errorf("syncing %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// holeChunk is the unit in which digHoles looks for zeros.
+const holeChunk = 64 << 10
+
+// digHoles punches out the all-zero chunks of the image file at path: a
+// backup job writes the zeros of a disk as zeros (NBD's write-zeroes
+// with no hole), which would take the disk's whole size on the
+// snapshot's file system. Devices are left as they are.
+func digHoles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return err
+	}
+	buf := make([]byte, holeChunk)
+	// Runs of zero chunks are punched at once: a punch is a journal
+	// transaction of the file system.
+	start, end := int64(-1), int64(0)
+	punch := func() error {
+		if start < 0 {
+			return nil
+		}
+		err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, start, end-start)
+		start = -1
+		return err
+	}
+	for off := int64(0); ; off += holeChunk {
+		n, err := f.ReadAt(buf, off)
+		switch {
+		case n > 0 && allZero(buf[:n]):
+			if start < 0 {
+				start = off
+			}
+			end = off + int64(n)
+		default:
+			if perr := punch(); perr != nil {
+				// A file system without holes keeps the zeros.
+				return nil
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			if perr := punch(); perr != nil {
+				return nil
+			}
+			return f.Sync()
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
