@@ -145,7 +145,7 @@ func BenchmarkSnapshot2GiB(b *testing.B) {
 	result, stop := v.runInProcess(rec)
 	defer func() {
 		stop()
-		<-result
+		require.NoError(b, <-result)
 	}()
 	rec.wait(b, runner.ReasonBooted)
 
