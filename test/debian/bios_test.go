@@ -2,8 +2,11 @@ package debian_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,8 +17,10 @@ import (
 
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
 	"github.com/vmop/vmop/test/harness/debianguest"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/freeport"
 )
 
 // sshKey is a public key for cloud-init's users module (the guest only
@@ -250,6 +255,38 @@ func TestDebianBIOS(t *testing.T) {
 			return ""
 		})
 		require.Contains(t, g.runnerLog(), "the freeze's timeout (3s) ran out")
+	})
+
+	// kubectl vm snapshot's copy (vm-runner snapshot push to the
+	// snapshot pod's qemu-nbd) with the real agent: the copy holds what
+	// the guest wrote before (unsynced), not what it wrote after, and its
+	// ext4 is clean.
+	t.Run("snapshot pushed while it runs", func(t *testing.T) {
+		g.sh("echo before-snapshot > /var/lib/vmop-snapshot")
+		disks, err := runner.Disks(t.Context(), g.config)
+		require.NoError(t, err)
+		require.Len(t, disks, 1)
+		key := make([]byte, 32)
+		_, _ = rand.Read(key)
+		psk := snapshot.PSK{Identity: "debian", Key: hex.EncodeToString(key)}
+		copyFile := filepath.Join(t.TempDir(), "copy.img")
+		port := freeport.Get(t)
+		srv := snapshot.Server{Address: "127.0.0.1", PSK: psk, Log: io.Discard,
+			Exports: []snapshot.Export{{Name: "root", Path: copyFile, Size: disks[0].Size, Port: port}}}
+		stop, served := make(chan struct{}), make(chan error, 1)
+		go func() { served <- srv.Serve(t.Context(), stop) }()
+		res, err := runner.Push(t.Context(), g.config, runner.PushRequest{Snapshot: "debian", Host: "127.0.0.1", PSK: psk.String(),
+			Exports: []runner.PushExport{{Disk: disks[0].Name, Export: "root", Port: port}}})
+		require.NoError(t, err)
+		g.sh("echo after-snapshot > /var/lib/vmop-snapshot && sync")
+		close(stop)
+		require.NoError(t, <-served)
+		t.Logf("snapshot: %d MiB in %.1f s, the guest frozen for %.2f s", res.Bytes>>20, res.Seconds, res.FrozenSeconds)
+		require.True(t, res.Consistent, res.Why)
+		marker, err := debianguest.ReadFile(copyFile, "/var/lib/vmop-snapshot")
+		require.NoError(t, err)
+		require.Equal(t, "before-snapshot\n", marker)
+		require.NoError(t, debianguest.CheckFS(copyFile), "the snapshot's file system")
 	})
 
 	t.Run("stop shuts down through the agent, cleanly", func(t *testing.T) {

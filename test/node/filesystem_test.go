@@ -29,7 +29,8 @@ const fsDiskSize = 96 << 20
 // container makes disk.img there at the claim's size, sparse, fills it
 // from the test guest's disk as qcow2 over http, and qemu boots from it.
 // A second start boots the same file again, without an import; then
-// kubectl vm disk upload --force replaces the file's content.
+// kubectl vm disk upload --force replaces the file's content; then
+// kubectl vm snapshot and restore, in GitOps mode, take it back a boot.
 func TestImportFilesystemClaim(t *testing.T) {
 	const ns, vm = "fsdisk", "fs"
 	createNamespace(t, ns)
@@ -85,6 +86,23 @@ func TestImportFilesystemClaim(t *testing.T) {
 	require.Equal(t, testguest.BootPrefix+"1", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
 	require.Equal(t, int64(1), requests.Load(), "GETs of the image after the upload")
 
+	// A snapshot in GitOps mode, of a guest without an agent: crash-
+	// consistent, and says so. A boot later, the restore brings the
+	// counter back: the next boot is the second again.
+	for i := range 2 {
+		require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{
+			Name: fmt.Sprintf("%s-copy-%d", volume, i), Size: *resource.NewQuantity(fsDiskSize, resource.BinarySI),
+		}))
+	}
+	out = kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "g1")
+	require.Regexp(t, `^snapshot g1 of vm fsdisk/fs taken in [0-9.]+s: 1 disks, 96 MiB; crash-consistent: no guest agent is connected`, out)
+	kubectl(t, "", "vm", "restart", "-n", ns, vm, "--wait", "--timeout", "3m")
+	require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
+	out = kubectl(t, "", "vm", "restore", "-n", ns, vm, "g1")
+	t.Logf("kubectl vm restore in GitOps mode:\n%s", out)
+	require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
+	kubectl(t, "", "vm", "snapshot", "delete", "-n", ns, vm, "g1")
+
 	kubectl(t, rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
 	eventually.Within(t, 2*time.Minute, func() string {
 		if _, _, err := kubectlResult(t.Context(), "", "get", "pod", "-n", ns, vm+"-0"); err == nil {
@@ -94,5 +112,5 @@ func TestImportFilesystemClaim(t *testing.T) {
 	})
 	boots, err := testguest.ReadBoots(disk)
 	require.NoError(t, err)
-	require.Equal(t, 1, boots, "the guest's boots since the upload, counted on its disk")
+	require.Equal(t, 2, boots, "the guest's boots since the upload, counted on its disk: 1 in the snapshot, and the one after the restore")
 }

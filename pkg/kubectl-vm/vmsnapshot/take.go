@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -72,7 +73,10 @@ func Take(ctx context.Context, o Options, vm *vmclient.VM, name string) (*Snapsh
 	var sources []*corev1.PersistentVolumeClaim
 	for _, d := range helperpod.Disks(sts) {
 		c, err := claims.Get(ctx, helperpod.ClaimName(sts, d), metav1.GetOptions{})
-		if err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("vm %s/%s never ran: its disk %s has no claim (%s) yet, so there is nothing to snapshot", vm.Namespace, vm.Name, d, helperpod.ClaimName(sts, d))
+		case err != nil:
 			return nil, fmt.Errorf("vm %s/%s, disk %s: %w", vm.Namespace, vm.Name, d, o.Client.Explain(err))
 		}
 		sources = append(sources, c)
@@ -120,6 +124,12 @@ func Take(ctx context.Context, o Options, vm *vmclient.VM, name string) (*Snapsh
 		defer cancel()
 		if derr := Delete(cleanup, o.Client, secret); derr != nil {
 			err = errors.Join(err, fmt.Errorf("deleting the failed snapshot: %w; delete secret %s yourself", derr, secret.Name))
+		}
+		// At once: the garbage collector would, in its time.
+		for _, d := range info.Disks {
+			if derr := claims.Delete(cleanup, d.Claim, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+				err = errors.Join(err, fmt.Errorf("deleting claim %s of the failed snapshot: %w", d.Claim, o.Client.Explain(derr)))
+			}
 		}
 		return nil, fmt.Errorf("snapshot %s of vm %s/%s: %w", name, vm.Namespace, vm.Name, err)
 	}
