@@ -44,8 +44,8 @@ func TestSnapshots(t *testing.T) {
 		Name: fsRecords, Size: resource.MustParse("128Mi"), Labels: map[string]string{"disk": fsRecords},
 	}))
 	manifest = strings.Replace(manifest, "    - cdrom:\n", diskClaim("fs-records", testnode.StorageClassFilesystem, "Filesystem", fsRecords, "128Mi")+"    - cdrom:\n", 1)
-	// The snapshots' claims: s1, the restore's own, s2; the clone's.
-	for i := range 4 {
+	// The snapshots' claims: s1, the restore's own, s2; the clones'.
+	for i := range 5 {
 		for _, size := range []string{"48Mi", "128Mi"} {
 			require.NoError(t, node.AddBlockVolume(t.Context(), testnode.Volume{
 				Name: fmt.Sprintf("%s-copy-%d-%s", ns, i, strings.ToLower(size)), Size: resource.MustParse(size),
@@ -56,7 +56,12 @@ func TestSnapshots(t *testing.T) {
 		}))
 	}
 	kubectl(t, manifest, "apply", "-f", "-")
-	defer deleteVM(t, ns, vm)
+	deleted := false
+	defer func() {
+		if !deleted {
+			deleteVM(t, ns, vm)
+		}
+	}()
 	kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
 	waitConsole(t, ns, vm, testguest.RecordPrefix+"3", 2*time.Minute)
 	uuid := machineUUID(t, ns, vm)
@@ -105,6 +110,20 @@ func TestSnapshots(t *testing.T) {
 	out = kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "s2", "--keep", "1")
 	require.Regexp(t, `^snapshot s2 of vm snapshots/snapped taken in [0-9.]+s: 3 disks, 304 MiB; stopped\nsnapshot s1 of vm snapshots/snapped deleted \(--keep 1\)\n$`, out)
 	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s1", "records-disk"))
+
+	// The VM deleted, its snapshots stay, and can be cloned.
+	deleteVM(t, ns, vm)
+	deleted = true
+	require.Regexp(t, `(?m)^snapped\s+s2\s+Ready\s+copy\s+stopped\s+3\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns))
+	require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{Name: ns + "-heir-data", Size: resource.MustParse("16Mi")}))
+	out = kubectl(t, "", "vm", "clone", "-n", ns, vm, "heir", "--snapshot", "s2", "-o", "yaml")
+	require.Contains(t, out, "kind: VirtualMachine\nmetadata:\n")
+	require.Contains(t, out, "  name: heir\n")
+	for _, claim := range []string{"system-disk-heir-0", "records-disk-heir-0", "fs-records-disk-heir-0", "runner-data-heir-0"} {
+		c, err := node.Client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
+		require.NoError(t, err, "the clone's claims are made with -o yaml too")
+		require.Equal(t, corev1.ClaimBound, c.Status.Phase, claim)
+	}
 	kubectl(t, "", "vm", "snapshot", "delete", "-n", ns, vm, "s2")
 	requireClaimGone(t, ns, vmsnapshot.ClaimName(vm, "s2", "system-disk"))
 }
