@@ -76,6 +76,12 @@ virtualmachines.`,
 	f.StringVar(&o.Snapshot, "snapshot", "", "the snapshot of SOURCE to clone (default: one taken now)")
 	f.StringVarP(&o.Output, "output", "o", "", "yaml: print the new VirtualMachine instead of creating it")
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "how long to wait for the snapshot pod to run")
+	_ = cmd.RegisterFlagCompletionFunc("snapshot", func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) == 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return completion.VMAndSnapshots(configFlags, "")(cmd, args[:1], toComplete)
+	})
 	return cmd
 }
 

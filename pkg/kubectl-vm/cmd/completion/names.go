@@ -12,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
+	"github.com/vmop/vmop/pkg/kubectl-vm/vmsnapshot"
 )
 
 // Timeout bounds each request for completions: the shell waits for it, and
@@ -136,4 +137,32 @@ func withPrefix(names []string, prefix string) []cobra.Completion {
 		}
 	}
 	return out
+}
+
+// VMAndSnapshots completes "VM SNAPSHOT...": a VM name first, then the
+// names of its snapshots, or of the VM that the command's flag from
+// names when given (restore --from).
+func VMAndSnapshots(configFlags *genericclioptions.ConfigFlags, from string) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) == 0 {
+			return vmNames(cmd.Context(), configFlags, args, toComplete)
+		}
+		vm := args[0]
+		if f := cmd.Flags().Lookup(from); from != "" && f != nil && f.Value.String() != "" {
+			vm = f.Value.String()
+		}
+		return FromCluster(cmd.Context(), configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
+			snaps, err := vmsnapshot.List(ctx, c, c.Namespace, vm)
+			if err != nil {
+				return nil, err
+			}
+			var names []string
+			for _, s := range snaps {
+				if !slices.Contains(args[1:], s.Info.Name) {
+					names = append(names, s.Info.Name)
+				}
+			}
+			return names, nil
+		})
+	}
 }

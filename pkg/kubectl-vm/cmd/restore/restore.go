@@ -62,7 +62,7 @@ Needs the rights of kubectl vm snapshot and stop/start.`,
   # Fill desk-1, committed to Git as a copy of golden, from golden's v1
   %[1]s restore desk-1 v1 --from golden`, name),
 		Args:              cobra.ExactArgs(2),
-		ValidArgsFunction: completion.VMName(configFlags),
+		ValidArgsFunction: completion.VMAndSnapshots(configFlags, "from"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Complete(args); err != nil {
 				return err

@@ -89,4 +89,22 @@ spec:
 	r = run("snapshot", "list", "web")
 	require.NoError(t, r.Err)
 	require.Equal(t, "No snapshots found.\n", r.Stderr)
+
+	// One as kubectl vm snapshot leaves it: listed, and completed.
+	secret, err := vmsnapshot.NewSecret(ns, vmsnapshot.Info{VM: "web", Name: "s2", Kind: vmsnapshot.KindCopy, Phase: vmsnapshot.PhaseReady,
+		Consistency: vmsnapshot.Stopped, Disks: []vmsnapshot.Disk{{Name: "root-disk", Claim: "web-snapshot-s2-root-disk", Size: 1 << 30, Block: true}}}, nil)
+	require.NoError(t, err)
+	_, err = kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{})
+	require.NoError(t, err)
+	r = run("snapshot", "list", "web")
+	require.NoError(t, r.Err)
+	require.Regexp(t, `^VM\s+SNAPSHOT\s+PHASE\s+KIND\s+CONSISTENCY\s+DISKS\s+SIZE\s+AGE\nweb\s+s2\s+Ready\s+copy\s+stopped\s+1\s+1024 MiB\s+\S+\n$`, r.Stdout)
+	for _, args := range [][]string{{"restore", "web", ""}, {"snapshot", "delete", "web", ""}, {"clone", "web", "desk", "--snapshot", ""}} {
+		r = run(append([]string{"__complete"}, args...)...)
+		require.NoError(t, r.Err)
+		require.Equal(t, "s2\n:4\n", r.Stdout[:len("s2\n:4\n")], args)
+	}
+	r = run("snapshot", "delete", "web", "s2")
+	require.NoError(t, r.Err)
+	require.Equal(t, "snapshot s2 of vm vms/web deleted\n", r.Stdout)
 }

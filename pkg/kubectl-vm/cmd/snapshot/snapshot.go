@@ -220,9 +220,10 @@ func newListCmd(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 
 func newDeleteCmd(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete VM SNAPSHOT...",
-		Short: "Delete snapshots of a VM: their Secrets and the claims with the copies",
-		Args:  cobra.MinimumNArgs(2),
+		Use:               "delete VM SNAPSHOT...",
+		Short:             "Delete snapshots of a VM: their Secrets and the claims with the copies",
+		Args:              cobra.MinimumNArgs(2),
+		ValidArgsFunction: completion.VMAndSnapshots(configFlags, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := vmclient.New(configFlags)
 			if err != nil {
