@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vmop/vmop/pkg/snapshotpush"
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
@@ -268,15 +269,15 @@ func TestDebianBIOS(t *testing.T) {
 		require.Len(t, disks, 1)
 		key := make([]byte, 32)
 		_, _ = rand.Read(key)
-		psk := snapshot.PSK{Identity: "debian", Key: hex.EncodeToString(key)}
+		psk := snapshotpush.PSK{Identity: "debian", Key: hex.EncodeToString(key)}
 		copyFile := filepath.Join(t.TempDir(), "copy.img")
 		port := freeport.Get(t)
 		srv := snapshot.Server{Address: "127.0.0.1", PSK: psk, Log: io.Discard,
 			Exports: []snapshot.Export{{Name: "root", Path: copyFile, Size: disks[0].Size, Port: port}}}
 		stop, served := make(chan struct{}), make(chan error, 1)
 		go func() { served <- srv.Serve(t.Context(), stop) }()
-		res, err := runner.Push(t.Context(), g.config, runner.PushRequest{Snapshot: "debian", Host: "127.0.0.1", PSK: psk.String(),
-			Exports: []runner.PushExport{{Disk: disks[0].Name, Export: "root", Port: port}}})
+		res, err := runner.Push(t.Context(), g.config, snapshotpush.PushRequest{Snapshot: "debian", Host: "127.0.0.1", PSK: psk.String(),
+			Exports: []snapshotpush.PushExport{{Disk: disks[0].Name, Export: "root", Port: port}}})
 		require.NoError(t, err)
 		g.sh("echo after-snapshot > /var/lib/vmop-snapshot && sync")
 		close(stop)

@@ -27,8 +27,7 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/vm-runner/runner"
-	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
+	"github.com/vmop/vmop/pkg/snapshotpush"
 )
 
 // Options are what taking and restoring snapshots need.
@@ -182,13 +181,13 @@ func (o Options) push(ctx context.Context, snap *Snapshot, vmPod, helper *corev1
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	psk := snapshot.PSK{Identity: "vmop", Key: hex.EncodeToString(key)}
+	psk := snapshotpush.PSK{Identity: "vmop", Key: hex.EncodeToString(key)}
 	serve := []string{"vm-runner", "snapshot", "serve"}
 	push := []string{"vm-runner", "snapshot", "push", "--snapshot", snap.Info.Name, "--host", helper.Status.PodIP}
 	for i, d := range snap.Info.Disks {
 		p := diskPath(helperVolume(i), d.Block)
 		serve = append(serve, "--export", fmt.Sprintf("%s=%s:%d", d.Name, p, d.Size))
-		push = append(push, "--export", fmt.Sprintf("%s=%s:%d", d.Name, d.Name, snapshot.FirstPort+i))
+		push = append(push, "--export", fmt.Sprintf("%s=%s:%d", d.Name, d.Name, snapshotpush.FirstPort+i))
 	}
 	// The server runs until its stdin ends.
 	stdin, keep := io.Pipe()
@@ -222,7 +221,7 @@ func (o Options) push(ctx context.Context, snap *Snapshot, vmPod, helper *corev1
 		return nil, fmt.Errorf("the snapshot pod's NBD server did not start within %s", serveWait)
 	}
 	fmt.Fprintf(o.Log, "copying %d disks while the guest runs\n", len(snap.Info.Disks))
-	var res runner.PushResult
+	var res snapshotpush.PushResult
 	var pushOut, pushErr bytes.Buffer
 	err := podexec.Exec(ctx, o.Client.Config, vmPod, push, podexec.Streams{Stdin: strings.NewReader(psk.String() + "\n"), Stdout: &pushOut, Stderr: &pushErr})
 	keep.Close()
@@ -283,7 +282,7 @@ func diskSizes(ctx context.Context, c *vmclient.Client, pod *corev1.Pod) (map[st
 	if err := podexec.Exec(ctx, c.Config, pod, []string{"vm-runner", "snapshot", "disks"}, podexec.Streams{Stdout: &out, Stderr: &stderr}); err != nil {
 		return nil, execError("vm-runner snapshot disks", err, stderr.String())
 	}
-	var disks []runner.DiskInfo
+	var disks []snapshotpush.DiskInfo
 	if err := json.Unmarshal(out.Bytes(), &disks); err != nil {
 		return nil, err
 	}

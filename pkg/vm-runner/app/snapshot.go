@@ -17,6 +17,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/snapshotpush"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vm-runner/runnerdata"
 	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
@@ -79,7 +80,7 @@ the copies begin. The TLS key (IDENTITY:HEXKEY) is read from stdin. Prints
 the result as JSON: whether the copy is consistent, how long the guest was
 frozen, and the runner data's archive.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p := runner.PushRequest{Snapshot: name, Host: host}
+			p := snapshotpush.PushRequest{Snapshot: name, Host: host}
 			for _, e := range exports {
 				disk, rest, ok := strings.Cut(e, "=")
 				export, port, ok2 := strings.Cut(rest, ":")
@@ -87,12 +88,12 @@ frozen, and the runner data's archive.`,
 				if !ok || !ok2 || err != nil || disk == "" || export == "" {
 					return usage(runnerconfig.ExitConfig, fmt.Errorf("--export %q: want DISK=EXPORT:PORT", e))
 				}
-				p.Exports = append(p.Exports, runner.PushExport{Disk: disk, Export: export, Port: n})
+				p.Exports = append(p.Exports, snapshotpush.PushExport{Disk: disk, Export: export, Port: n})
 			}
 			if host == "" || len(p.Exports) == 0 {
 				return usage(runnerconfig.ExitConfig, errors.New("--host and --export are required"))
 			}
-			psk, err := snapshot.ReadPSK(cmd.InOrStdin())
+			psk, err := snapshotpush.ReadPSK(cmd.InOrStdin())
 			if err != nil {
 				return exit(runnerconfig.ExitFailed, err)
 			}
@@ -131,7 +132,7 @@ stdin ends; then stops and syncs them.`,
 				if err != nil {
 					return usage(runnerconfig.ExitConfig, err)
 				}
-				e.Port = snapshot.FirstPort + i
+				e.Port = snapshotpush.FirstPort + i
 				ex = append(ex, e)
 			}
 			if len(ex) == 0 {
@@ -141,7 +142,7 @@ stdin ends; then stops and syncs them.`,
 				return exit(runnerconfig.ExitFailed, err)
 			}
 			in := cmd.InOrStdin()
-			psk, err := snapshot.ReadPSK(in)
+			psk, err := snapshotpush.ReadPSK(in)
 			if err != nil {
 				return exit(runnerconfig.ExitFailed, err)
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vmop/vmop/pkg/snapshotpush"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
 	"github.com/vmop/vmop/test/harness/eventually"
@@ -151,7 +152,7 @@ func BenchmarkSnapshot2GiB(b *testing.B) {
 
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	psk := snapshot.PSK{Identity: "bench", Key: hex.EncodeToString(key)}
+	psk := snapshotpush.PSK{Identity: "bench", Key: hex.EncodeToString(key)}
 	var online, frozen, stopped, onlineBytes, stoppedBytes float64
 	for i := 0; b.Loop(); i++ {
 		copyFile := filepath.Join(dir, fmt.Sprintf("online-%d.img", i))
@@ -161,8 +162,8 @@ func BenchmarkSnapshot2GiB(b *testing.B) {
 		halt, served := make(chan struct{}), make(chan error, 1)
 		go func() { served <- srv.Serve(b.Context(), halt) }()
 		start := time.Now()
-		res, err := runner.Push(b.Context(), v.config, runner.PushRequest{Snapshot: "bench", Host: "127.0.0.1", PSK: psk.String(),
-			Exports: []runner.PushExport{{Disk: "disk.img", Export: "disk", Port: port}}})
+		res, err := runner.Push(b.Context(), v.config, snapshotpush.PushRequest{Snapshot: "bench", Host: "127.0.0.1", PSK: psk.String(),
+			Exports: []snapshotpush.PushExport{{Disk: "disk.img", Export: "disk", Port: port}}})
 		require.NoError(b, err)
 		close(halt)
 		require.NoError(b, <-served)

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmop/vmop/pkg/snapshotpush"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/runnerdata"
-	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
 )
 
 // Pushing a running VM's disks into a snapshot (vm-runner snapshot push,
@@ -25,52 +25,9 @@ import (
 // guest runs on; it is frozen through its agent only while the jobs
 // start, so that the copy is consistent.
 
-// PushRequest is what POST /push takes.
-type PushRequest struct {
-	// Snapshot names the snapshot, for the VM's events.
-	Snapshot string `json:"snapshot"`
-	// Host is the snapshot pod's address.
-	Host    string       `json:"host"`
-	Exports []PushExport `json:"exports"`
-	// PSK is the connections' key, IDENTITY:HEXKEY.
-	PSK string `json:"psk"`
-}
-
-// PushExport is where one disk goes.
-type PushExport struct {
-	// Disk is the disk's volume name (root-disk).
-	Disk   string `json:"disk"`
-	Export string `json:"export"`
-	Port   int    `json:"port"`
-}
-
-// PushResult is what vm-runner snapshot push prints.
-type PushResult struct {
-	// Consistent: the guest's file systems were frozen while the copy
-	// began; else the copy is crash-consistent, for the reason Why.
-	Consistent bool   `json:"consistent"`
-	Why        string `json:"why,omitempty"`
-	// FrozenSeconds is how long the guest was frozen.
-	FrozenSeconds float64 `json:"frozenSeconds"`
-	// Bytes were copied, in Seconds.
-	Bytes   int64   `json:"bytes"`
-	Seconds float64 `json:"seconds"`
-	// Data is the archive of the runner data (runnerdata.Archive) as it
-	// was when the copy began.
-	Data []byte `json:"data"`
-}
-
-// DiskInfo is one of the VM's disks as GET /disks tells it.
-type DiskInfo struct {
-	// Name is the disk's volume name.
-	Name string `json:"name"`
-	// Size is the disk's size in bytes as the guest sees it.
-	Size int64 `json:"size"`
-}
-
 // pushRequest hands a push's start to the loop, which owns the freeze.
 type pushRequest struct {
-	req  PushRequest
+	req  snapshotpush.PushRequest
 	done chan pushStart
 }
 
@@ -81,7 +38,7 @@ type pushStart struct {
 	nodes  []string
 	tlsID  string
 	pskDir string
-	result PushResult
+	result snapshotpush.PushResult
 	err    error
 }
 
@@ -114,14 +71,14 @@ func (r *Runner) diskNodes() map[string]string {
 // startPush, in the loop: connects to the exports, freezes the guest when
 // it can, starts the jobs in one transaction, archives the runner data,
 // and thaws.
-func (r *Runner) startPush(ctx context.Context, req PushRequest) (s pushStart) {
+func (r *Runner) startPush(ctx context.Context, req snapshotpush.PushRequest) (s pushStart) {
 	if r.mon == nil || r.live == nil || r.live.stopping {
 		s.err = errors.New("the VM is not running")
 		return s
 	}
 	s.mon = r.mon
 	nodes := r.diskNodes()
-	psk, err := snapshot.ReadPSK(strings.NewReader(req.PSK))
+	psk, err := snapshotpush.ReadPSK(strings.NewReader(req.PSK))
 	if err != nil {
 		s.err = err
 		return s
@@ -272,7 +229,7 @@ func (r *Runner) endPush(ctx context.Context, s pushStart) {
 // servePush answers POST /push: it starts the push in the loop and
 // answers when the copy is whole, or failed.
 func (r *Runner) servePush(w http.ResponseWriter, req *http.Request) {
-	var p PushRequest
+	var p snapshotpush.PushRequest
 	if err := json.NewDecoder(io.LimitReader(req.Body, 64<<10)).Decode(&p); err != nil {
 		http.Error(w, "push: "+err.Error(), http.StatusBadRequest)
 		return
@@ -301,7 +258,7 @@ func (r *Runner) servePush(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "the runner did not answer in time", http.StatusServiceUnavailable)
 		return
 	case st.err != nil:
-		r.pushEvent(req.Context(), p, PushResult{}, st.err)
+		r.pushEvent(req.Context(), p, snapshotpush.PushResult{}, st.err)
 		http.Error(w, st.err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -318,7 +275,7 @@ func (r *Runner) servePush(w http.ResponseWriter, req *http.Request) {
 }
 
 // pushEvent tells the VM's events how a push ended.
-func (r *Runner) pushEvent(ctx context.Context, p PushRequest, res PushResult, err error) {
+func (r *Runner) pushEvent(ctx context.Context, p snapshotpush.PushRequest, res snapshotpush.PushResult, err error) {
 	if err != nil {
 		r.event(ctx, Event{Warning: true, Reason: ReasonSnapshotFailed, Action: actionSnapshot, Message: fmt.Sprintf(
 			"Copying the disks into snapshot %s failed: %v", p.Snapshot, err)})
@@ -350,12 +307,12 @@ func (r *Runner) serveDisks(w http.ResponseWriter, req *http.Request) {
 }
 
 type diskAnswer struct {
-	disks []DiskInfo
+	disks []snapshotpush.DiskInfo
 	err   error
 }
 
 // diskSizes, in the loop: the disks with the sizes qemu has of them.
-func (r *Runner) diskSizes(ctx context.Context) ([]DiskInfo, error) {
+func (r *Runner) diskSizes(ctx context.Context) ([]snapshotpush.DiskInfo, error) {
 	if r.mon == nil {
 		return nil, errors.New("the VM is not running")
 	}
@@ -372,24 +329,24 @@ func (r *Runner) diskSizes(ctx context.Context) ([]DiskInfo, error) {
 	for _, n := range nodes {
 		size[n.NodeName] = n.Image.VirtualSize
 	}
-	var disks []DiskInfo
+	var disks []snapshotpush.DiskInfo
 	for _, d := range r.machine.Disks {
-		disks = append(disks, DiskInfo{Name: r.config.VM.Drives[d.Index].RecordName(), Size: size[d.ID]})
+		disks = append(disks, snapshotpush.DiskInfo{Name: r.config.VM.Drives[d.Index].RecordName(), Size: size[d.ID]})
 	}
 	return disks, nil
 }
 
 // Disks asks the runner of the VM configured in configFile for its
 // disks (vm-runner snapshot disks).
-func Disks(ctx context.Context, configFile string) ([]DiskInfo, error) {
-	var disks []DiskInfo
+func Disks(ctx context.Context, configFile string) ([]snapshotpush.DiskInfo, error) {
+	var disks []snapshotpush.DiskInfo
 	return disks, callRunner(ctx, configFile, http.MethodGet, "/disks", nil, &disks)
 }
 
 // Push asks the runner of the VM configured in configFile to copy its
 // disks into a snapshot (vm-runner snapshot push).
-func Push(ctx context.Context, configFile string, p PushRequest) (PushResult, error) {
-	var res PushResult
+func Push(ctx context.Context, configFile string, p snapshotpush.PushRequest) (snapshotpush.PushResult, error) {
+	var res snapshotpush.PushResult
 	body, err := json.Marshal(p)
 	if err != nil {
 		return res, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vmop/vmop/pkg/snapshotpush"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vm-runner/runnerdata"
 	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
@@ -47,18 +48,18 @@ func TestSnapshotPush(t *testing.T) {
 
 	disks, err := runner.Disks(t.Context(), v.config)
 	require.NoError(t, err)
-	require.Equal(t, []runner.DiskInfo{{Name: "first.img", Size: size}, {Name: "records.img", Size: size}}, disks)
+	require.Equal(t, []snapshotpush.DiskInfo{{Name: "first.img", Size: size}, {Name: "records.img", Size: size}}, disks)
 
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	psk := snapshot.PSK{Identity: "snap", Key: hex.EncodeToString(key)}
+	psk := snapshotpush.PSK{Identity: "snap", Key: hex.EncodeToString(key)}
 	copies := []string{filepath.Join(dir, "first-copy.img"), filepath.Join(dir, "records-copy.img")}
 	srv := snapshot.Server{Address: "127.0.0.1", PSK: psk, Log: &bytes.Buffer{}}
-	req := runner.PushRequest{Snapshot: "s1", Host: "127.0.0.1", PSK: psk.String()}
+	req := snapshotpush.PushRequest{Snapshot: "s1", Host: "127.0.0.1", PSK: psk.String()}
 	for i, d := range disks {
 		e := snapshot.Export{Name: d.Name, Path: copies[i], Size: d.Size, Port: freeport.Get(t)}
 		srv.Exports = append(srv.Exports, e)
-		req.Exports = append(req.Exports, runner.PushExport{Disk: d.Name, Export: e.Name, Port: e.Port})
+		req.Exports = append(req.Exports, snapshotpush.PushExport{Disk: d.Name, Export: e.Name, Port: e.Port})
 	}
 	stopServe, served := make(chan struct{}), make(chan error, 1)
 	go func() { served <- srv.Serve(t.Context(), stopServe) }()

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vmop/vmop/pkg/snapshotpush"
 )
 
 // Export is one disk of a snapshot as the snapshot pod serves it: the
@@ -37,10 +39,6 @@ func ParseExport(s string) (Export, error) {
 	return Export{Name: name, Path: rest[:i], Size: size}, nil
 }
 
-// FirstPort is the NBD port of a snapshot pod's first export; the others
-// follow it.
-const FirstPort = 10809
-
 // stopWait bounds qemu-nbd's exit after SIGTERM: it flushes the disk.
 const stopWait = time.Minute
 
@@ -51,7 +49,7 @@ type Server struct {
 	// Address is where it listens; all of the pod's addresses when empty.
 	Address string
 	Exports []Export
-	PSK     PSK
+	PSK     snapshotpush.PSK
 	// Log takes qemu-nbd's output and what Serve does.
 	Log io.Writer
 }

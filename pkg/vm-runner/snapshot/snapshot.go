@@ -7,64 +7,14 @@
 package snapshot
 
 import (
-	"bufio"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
-
-// PSK is the pre-shared key of one snapshot's NBD connections: qemu's
-// TLS PSK credentials, so that only the VM's qemu writes into the
-// snapshot's claims and nobody else on the pod network reads them.
-type PSK struct {
-	Identity string
-	// Key is hex, as qemu's keys.psk holds it.
-	Key string
-}
-
-// pskFile is the file of qemu's tls-creds-psk object in its dir.
-const pskFile = "keys.psk"
-
-// ReadPSK reads "IDENTITY:HEXKEY" from the first line of r (kubectl vm
-// snapshot hands it over through pods/exec's stdin, never an argument).
-func ReadPSK(r io.Reader) (PSK, error) {
-	line, err := bufio.NewReader(r).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return PSK{}, fmt.Errorf("reading the key: %w", err)
-	}
-	id, key, ok := strings.Cut(strings.TrimSpace(line), ":")
-	if !ok || id == "" || strings.ContainsAny(id, " \t") {
-		return PSK{}, errors.New("the key: want IDENTITY:HEXKEY on its first line")
-	}
-	if b, err := hex.DecodeString(key); err != nil || len(b) < 16 {
-		return PSK{}, errors.New("the key: want at least 16 bytes in hex after the identity")
-	}
-	return PSK{Identity: id, Key: key}, nil
-}
-
-// String is the line ReadPSK reads.
-func (p PSK) String() string { return p.Identity + ":" + p.Key }
-
-// WriteDir writes the key where qemu's tls-creds-psk object reads it, in
-// a new directory under parent only the caller's user can read; the
-// caller removes it.
-func (p PSK) WriteDir(parent string) (string, error) {
-	dir, err := os.MkdirTemp(parent, "psk-")
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(dir, pskFile), []byte(p.String()+"\n"), 0o600); err != nil {
-		os.RemoveAll(dir)
-		return "", err
-	}
-	return dir, nil
-}
 
 // rawImageOpts are qemu's image options for the first size bytes of the
 // raw disk at path, a block device or a file: a snapshot's claim may be
