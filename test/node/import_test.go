@@ -98,7 +98,7 @@ func TestImportCloudImage(t *testing.T) {
 	requireEvents(t, ns, "vm/"+vm, "Importing", "Imported")
 
 	t.Run("cloud-init", func(t *testing.T) {
-		out := waitSSH(t, 5*time.Minute, guestSSH(ns, vm, home, key, "hostname; id -un"))
+		out := waitSSH(t, debianBootWait, guestSSH(ns, vm, home, key, "hostname; id -un"))
 		t.Logf("kubectl vm ssh %s -- 'hostname; id -un' %.0f s after kubectl vm start:\n%s", vm, time.Since(start).Seconds(), out)
 		require.Equal(t, vm+"\ndebian\n", out)
 	})
@@ -110,7 +110,7 @@ func TestImportCloudImage(t *testing.T) {
 		require.Equal(t, int64(1), requests.Load(), "GETs of the image after the restart")
 		// The guest boots again from its own disk, and then shuts down
 		// cleanly when asked.
-		waitConsole(t, ns, vm, vm+" login:", 5*time.Minute)
+		waitConsole(t, ns, vm, vm+" login:", debianBootWait)
 		kubectl(t, "", "vm", "stop", vm, "-n", ns, "--wait", "--timeout", "3m")
 	})
 
