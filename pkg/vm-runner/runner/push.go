@@ -33,8 +33,10 @@ type pushRequest struct {
 
 // pushStart is a push whose jobs run.
 type pushStart struct {
-	mon    *qmp.Monitor
-	jobs   []string
+	mon  *qmp.Monitor
+	jobs []string
+	// disks names each job's disk by its volume name.
+	disks  map[string]string
 	nodes  []string
 	tlsID  string
 	pskDir string
@@ -117,6 +119,10 @@ func (r *Runner) startPush(ctx context.Context, req snapshotpush.PushRequest) (s
 		}
 		s.nodes = append(s.nodes, target)
 		job := "snapshot-" + id
+		if s.disks == nil {
+			s.disks = map[string]string{}
+		}
+		s.disks[job] = e.Disk
 		actions = append(actions, map[string]any{"type": "blockdev-backup", "data": map[string]any{
 			"job-id": job, "device": id, "target": target, "sync": "full", "auto-dismiss": false,
 		}})
@@ -187,7 +193,7 @@ func (r *Runner) waitPush(ctx context.Context, s pushStart) (int64, error) {
 			if j.Status == "concluded" || j.Status == "null" {
 				done++
 				if j.Error != "" {
-					errs = append(errs, fmt.Errorf("%s: %s", strings.TrimPrefix(j.ID, "snapshot-"), j.Error))
+					errs = append(errs, fmt.Errorf("disk %s: %s", s.disks[j.ID], j.Error))
 				}
 			}
 		}
