@@ -5,10 +5,17 @@ package plugintest
 
 import (
 	"context"
+	"testing"
 
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/yaml"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/vm"
+	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // Result is what a command printed and returned.
@@ -25,4 +32,31 @@ func Run(ctx context.Context, stdin string, args ...string) Result {
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(ctx)
 	return Result{Stdout: out.String(), Stderr: errOut.String(), Err: err}
+}
+
+// StoppedVM makes namespace ns in c and, in it, the stopped VM web in
+// GitOps mode (its StatefulSet only, as kubectl vm render makes it) with
+// one disk, root, on a 1Gi claim of class local-block: what the disk
+// commands' API server tests work on. It returns what render made.
+func StoppedVM(t testing.TB, c *testcluster.Cluster, ns string) *render.Objects {
+	t.Helper()
+	require.NoError(t, c.CreateNamespace(t.Context(), ns))
+	var vm v1.VirtualMachine
+	require.NoError(t, yaml.UnmarshalStrict([]byte(`
+metadata: {name: web}
+spec:
+  vm:
+    disks:
+    - volumeClaimTemplate:
+        metadata: {name: root}
+        spec:
+          storageClassName: local-block
+          resources: {requests: {storage: 1Gi}}
+`), &vm))
+	vm.Namespace = ns
+	objs, err := render.Render(&vm, render.Options{})
+	require.NoError(t, err)
+	_, err = c.Client().AppsV1().StatefulSets(ns).Create(t.Context(), objs.StatefulSet, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return objs
 }

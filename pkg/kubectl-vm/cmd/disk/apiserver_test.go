@@ -10,9 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
-	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/disk"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/test/harness/plugintest"
@@ -28,24 +26,8 @@ func TestOnAPIServer(t *testing.T) {
 	c := testcluster.New(t)
 	ctx := t.Context()
 	const ns = "vms"
-	require.NoError(t, c.CreateNamespace(ctx, ns))
-	var vm v1.VirtualMachine
-	require.NoError(t, yaml.UnmarshalStrict([]byte(`
-metadata: {name: web, namespace: vms}
-spec:
-  vm:
-    disks:
-    - volumeClaimTemplate:
-        metadata: {name: root}
-        spec:
-          storageClassName: local-block
-          resources: {requests: {storage: 1Gi}}
-`), &vm))
-	objs, err := render.Render(&vm, render.Options{})
-	require.NoError(t, err)
+	objs := plugintest.StoppedVM(t, c, ns)
 	kube := c.Client()
-	_, err = kube.AppsV1().StatefulSets(ns).Create(ctx, objs.StatefulSet, metav1.CreateOptions{})
-	require.NoError(t, err)
 	image := filepath.Join(t.TempDir(), "root.raw")
 	require.NoError(t, os.WriteFile(image, []byte("not much of a disk"), 0o644))
 	upload := func(args ...string) plugintest.Result {

@@ -8,11 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
-	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmsnapshot"
-	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/test/harness/plugintest"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
@@ -26,24 +23,8 @@ func TestOnAPIServer(t *testing.T) {
 	c := testcluster.New(t)
 	ctx := t.Context()
 	const ns = "vms"
-	require.NoError(t, c.CreateNamespace(ctx, ns))
-	var vm v1.VirtualMachine
-	require.NoError(t, yaml.UnmarshalStrict([]byte(`
-metadata: {name: web, namespace: vms}
-spec:
-  vm:
-    disks:
-    - volumeClaimTemplate:
-        metadata: {name: root}
-        spec:
-          storageClassName: local-block
-          resources: {requests: {storage: 1Gi}}
-`), &vm))
-	objs, err := render.Render(&vm, render.Options{})
-	require.NoError(t, err)
+	plugintest.StoppedVM(t, c, ns)
 	kube := c.Client()
-	_, err = kube.AppsV1().StatefulSets(ns).Create(ctx, objs.StatefulSet, metav1.CreateOptions{})
-	require.NoError(t, err)
 	run := func(args ...string) plugintest.Result {
 		return plugintest.Run(ctx, "", append([]string{"--kubeconfig", c.Kubeconfig, "-n", ns}, args...)...)
 	}
@@ -65,7 +46,7 @@ spec:
 	r = run("snapshot", "web", "--name", "s1", "--timeout", "2s")
 	require.EqualError(t, r.Err, "snapshot s1 of vm vms/web: pod vms/web-snapshot did not run within 2s (--timeout)")
 	require.Contains(t, r.Stderr, "pod/web-snapshot created; waiting for it to run\n")
-	_, err = kube.CoreV1().Secrets(ns).Get(ctx, vmsnapshot.SecretName("web", "s1"), metav1.GetOptions{})
+	_, err := kube.CoreV1().Secrets(ns).Get(ctx, vmsnapshot.SecretName("web", "s1"), metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err), "the failed snapshot's Secret: %v", err)
 	// Deleted; its protection's finalizer is a controller's, which this
 	// cluster does not run.
