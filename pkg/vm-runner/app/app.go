@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,6 +41,31 @@ func exit(code int, err error) error { return &exitError{code: code, err: err} }
 
 // usage is a usage error that ends the command with code.
 func usage(code int, err error) error { return &exitError{code: code, err: err, usage: true} }
+
+// commandGroup is a command that only holds commands: without a known
+// one, a usage error with code that lists them, not cobra's help.
+func commandGroup(use, short string, code int, commands ...*cobra.Command) *cobra.Command {
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.Name()
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usage(code, errors.New("a command is required: "+list))
+			}
+			return usage(code, fmt.Errorf("unknown command %q", args[0]))
+		},
+		RunE:                  func(*cobra.Command, []string) error { return nil },
+		DisableFlagsInUseLine: true,
+	}
+	usageCode(cmd, code)
+	cmd.AddCommand(commands...)
+	return cmd
+}
 
 // usageCode makes flag and argument errors of cmd end with code: each
 // path keeps the exit code its callers know.

@@ -21,22 +21,8 @@ import (
 // runs "disk wait" as its process, and "disk receive" through pods/exec;
 // a containerDisk image's init container runs "disk fetch".
 func newDiskCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "disk",
-		Short: "Fill a disk from stdin or from a containerDisk image (kubectl vm disk upload, containerDisk)",
-		// Without a known command: a usage error, not cobra's help.
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usage(diskupload.ExitUsage, errors.New("a command is required: wait, receive or fetch"))
-			}
-			return usage(diskupload.ExitUsage, fmt.Errorf("unknown command %q", args[0]))
-		},
-		RunE:                  func(*cobra.Command, []string) error { return nil },
-		DisableFlagsInUseLine: true,
-	}
-	usageCode(cmd, diskupload.ExitUsage)
-	cmd.AddCommand(newDiskWaitCmd(), newDiskReceiveCmd(), newDiskFetchCmd())
-	return cmd
+	return commandGroup("disk", "Fill a disk from stdin or from a containerDisk image (kubectl vm disk upload, containerDisk)",
+		diskupload.ExitUsage, newDiskWaitCmd(), newDiskReceiveCmd(), newDiskFetchCmd())
 }
 
 // newDiskWaitCmd keeps the uploader pod's container alive (the image has

@@ -28,21 +28,8 @@ import (
 // the snapshot pod (serve, copy, data, restore-data). Each prints JSON
 // or its result on stdout and why it failed on stderr.
 func newSnapshotCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "snapshot",
-		Short: "Copy a VM's disks and runner data into a snapshot, and back (kubectl vm snapshot, restore)",
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usage(runnerconfig.ExitConfig, errors.New("a command is required: disks, push, serve, copy, data or restore-data"))
-			}
-			return usage(runnerconfig.ExitConfig, fmt.Errorf("unknown command %q", args[0]))
-		},
-		RunE:                  func(*cobra.Command, []string) error { return nil },
-		DisableFlagsInUseLine: true,
-	}
-	usageCode(cmd, runnerconfig.ExitConfig)
-	cmd.AddCommand(newSnapshotDisksCmd(), newSnapshotPushCmd(), newSnapshotServeCmd(), newSnapshotCopyCmd(), newSnapshotDataCmd(), newSnapshotRestoreDataCmd())
-	return cmd
+	return commandGroup("snapshot", "Copy a VM's disks and runner data into a snapshot, and back (kubectl vm snapshot, restore)",
+		runnerconfig.ExitConfig, newSnapshotDisksCmd(), newSnapshotPushCmd(), newSnapshotServeCmd(), newSnapshotCopyCmd(), newSnapshotDataCmd(), newSnapshotRestoreDataCmd())
 }
 
 func newSnapshotDisksCmd() *cobra.Command {
