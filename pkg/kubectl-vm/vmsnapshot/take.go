@@ -85,13 +85,17 @@ func Take(ctx context.Context, o Options, vm *vmclient.VM, name string) (*Snapsh
 	if len(info.Disks) == 0 {
 		return nil, fmt.Errorf("vm %s/%s has no disk with a claim: nothing to snapshot", vm.Namespace, vm.Name)
 	}
-	manifest, err := manifestOf(vm)
-	if err != nil {
-		return nil, err
-	}
+	// The manifest is the VirtualMachine, or in GitOps mode the
+	// StatefulSet.
 	stsYAML, err := statefulSetOf(vm)
 	if err != nil {
 		return nil, err
+	}
+	manifest := stsYAML
+	if vm.Object != nil {
+		if manifest, err = cleanYAML(vm.Object.DeepCopy().Object); err != nil {
+			return nil, err
+		}
 	}
 	secret, err := NewSecret(vm.Namespace, info, manifest)
 	if err != nil {
@@ -365,15 +369,6 @@ func copyClaim(from *corev1.PersistentVolumeClaim, name string, owner *corev1.Se
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
 		},
 	}
-}
-
-// manifestOf is the VM as it is now, without what the cluster adds: the
-// VirtualMachine, or in GitOps mode its StatefulSet.
-func manifestOf(vm *vmclient.VM) ([]byte, error) {
-	if vm.Object != nil {
-		return cleanYAML(vm.Object.DeepCopy().Object)
-	}
-	return statefulSetOf(vm)
 }
 
 // statefulSetOf is the VM's StatefulSet without what the cluster adds:

@@ -162,18 +162,24 @@ func (o *Options) Run(ctx context.Context) error {
 	return nil
 }
 
-// free checks that no VM called Name exists, in either mode.
+// free checks that no VM called Name exists, in either mode: no
+// VirtualMachine, and no StatefulSet, which the clone's would be.
 func (o *Options) free(ctx context.Context) error {
-	_, err := o.client.Get(ctx, o.Name)
+	c := o.client
+	_, err := c.VMs(c.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	if err == nil {
+		return fmt.Errorf("vm %s/%s exists: a clone needs a new name", c.Namespace, o.Name)
+	}
+	// Not found also when the cluster has no CRD (GitOps mode).
+	if !apierrors.IsNotFound(err) {
+		return c.Explain(err)
+	}
+	_, err = c.Kube.AppsV1().StatefulSets(c.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		return fmt.Errorf("vm %s/%s exists: a clone needs a new name", o.client.Namespace, o.Name)
+		return fmt.Errorf("vm %s/%s exists: a clone needs a new name", c.Namespace, o.Name)
 	case apierrors.IsNotFound(err):
 		return nil
 	}
-	// Get says "not found" in its own words when neither exists.
-	if _, serr := o.client.Kube.AppsV1().StatefulSets(o.client.Namespace).Get(ctx, o.Name, metav1.GetOptions{}); apierrors.IsNotFound(serr) {
-		return nil
-	}
-	return err
+	return c.Explain(err)
 }
