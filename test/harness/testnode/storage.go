@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -239,33 +240,43 @@ func (n *Node) detachLoops() []error {
 
 // detachLoopsOf detaches the loop devices whose backing file matches, and
 // first those stacked on them: the kubelet maps a Block volume through a
-// loop device of its own on the volume's device, whose backing file shows
-// as "/" once the kubelet's bind mount is gone, but whose backing device
-// number is the volume's.
+// loop device of its own on the volume's device node, whose backing file
+// shows as "/" once the kubelet's bind mount is gone, but whose backing
+// inode is still that node's (or, where losetup tells it so, whose
+// backing device number is the volume's).
 func detachLoopsOf(match func(back string) bool) []error {
-	out, err := exec.Command("losetup", "--list", "--noheadings", "--raw", "--output", "NAME,MAJ:MIN,BACK-MAJ:MIN,BACK-FILE").Output()
+	out, err := exec.Command("losetup", "--list", "--noheadings", "--raw", "--output", "NAME,MAJ:MIN,BACK-MAJ:MIN,BACK-INO,BACK-FILE").Output()
 	if err != nil {
 		return []error{fmt.Errorf("losetup --list: %w", err)}
 	}
-	type loop struct{ name, dev, backDev, back string }
+	type loop struct{ name, dev, backNode, back string }
 	var all []loop
 	for _, line := range strings.Split(string(out), "\n") {
-		// The backing file comes last and may hold spaces.
-		f := strings.SplitN(line, " ", 4)
-		if len(f) == 4 {
-			all = append(all, loop{f[0], f[1], f[2], f[3]})
+		// The backing file comes last and may hold spaces; --raw writes
+		// the columns' padding and the file's spaces as \x20.
+		f := strings.SplitN(line, " ", 5)
+		if len(f) == 5 {
+			num := func(s string) string { return strings.ReplaceAll(s, `\x20`, "") }
+			all = append(all, loop{f[0], num(f[1]), num(f[2]) + " " + num(f[3]), strings.ReplaceAll(f[4], `\x20`, " ")})
 		}
 	}
-	ours := map[string]bool{} // by MAJ:MIN
+	// ours holds our loops by device number, and by their device
+	// node's file (its file system's MAJ:MIN and inode).
+	ours := map[string]bool{}
 	var first, then []string
 	for _, l := range all {
 		if match(l.back) {
 			ours[l.dev] = true
+			var st unix.Stat_t
+			if unix.Stat(l.name, &st) == nil {
+				ours[fmt.Sprintf("%d:%d %d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)] = true
+			}
 			then = append(then, l.name)
 		}
 	}
 	for _, l := range all {
-		if ours[l.backDev] && !ours[l.dev] {
+		backDev, _, _ := strings.Cut(l.backNode, " ")
+		if (ours[backDev] || ours[l.backNode]) && !ours[l.dev] {
 			first = append(first, l.name)
 		}
 	}
