@@ -69,10 +69,15 @@ func Clone(ctx context.Context, o Options, snap *Snapshot, name string) (*unstru
 
 // cloneClaims are the new VM's claims as its StatefulSet would make them,
 // each disk's of the class, mode and size of the snapshot's copy and
-// without a selector (the original's picked the original's volume).
+// without a selector (the original's picked the original's volume), or
+// made from the disk's VolumeSnapshot.
 func cloneClaims(ctx context.Context, c *vmclient.Client, snap *Snapshot, sts *appsv1.StatefulSet) []*corev1.PersistentVolumeClaim {
 	claims := []*corev1.PersistentVolumeClaim{helperpod.NewClaim(sts, render.VolumeRunnerData)}
 	for _, d := range snap.Info.Disks {
+		if d.VolumeSnapshot != "" {
+			claims = append(claims, diskClaim(sts, d))
+			continue
+		}
 		claim := helperpod.NewClaim(sts, d.Name)
 		if from, err := c.Kube.CoreV1().PersistentVolumeClaims(sts.Namespace).Get(ctx, d.Claim, metav1.GetOptions{}); err == nil {
 			claim.Spec = copyClaim(from, claim.Name, snap.Secret).Spec

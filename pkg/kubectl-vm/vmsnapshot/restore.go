@@ -61,10 +61,15 @@ func Restore(ctx context.Context, o Options, vm *vmclient.VM, snap *Snapshot) er
 }
 
 // restore copies snap's disks and runner data onto the VM's claims in
-// the snapshot pod; for a clone, all the runner data but the machine's
-// uuid.
+// the snapshot pod, or makes the claims anew from its VolumeSnapshots;
+// for a clone, all the runner data but the machine's uuid.
 func (o Options) restore(ctx context.Context, vm *vmclient.VM, snap *Snapshot, clone bool) error {
 	sts := vm.StatefulSet
+	if snap.Info.Kind == KindCSI {
+		if err := o.claimsFromSnapshot(ctx, vm, snap); err != nil {
+			return err
+		}
+	}
 	var vmClaims []string
 	for _, d := range snap.Info.Disks {
 		vmClaims = append(vmClaims, helperpod.ClaimName(sts, d.Name))
@@ -78,6 +83,11 @@ func (o Options) restore(ctx context.Context, vm *vmclient.VM, snap *Snapshot, c
 	}
 	return helperpod.Run(ctx, o.Client, helper, "restore", o.Timeout, o.Log, func(helper *corev1.Pod) error {
 		for i, d := range snap.Info.Disks {
+			if d.Claim == "" {
+				// Made from its VolumeSnapshot: the pod holding it
+				// shows that the storage could.
+				continue
+			}
 			fmt.Fprintf(o.Log, "restoring disk %s from snapshot %s\n", d.Name, snap.Info.Name)
 			if _, err := o.copyDisk(ctx, helper, diskPath(helperVolume(i), d.Block), diskPath(vmVolume(i), d.Block), d.Size); err != nil {
 				return fmt.Errorf("disk %s: %w", d.Name, err)

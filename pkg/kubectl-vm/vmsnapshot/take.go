@@ -61,7 +61,7 @@ func Take(ctx context.Context, o Options, vm *vmclient.VM, name string) (*Snapsh
 	case !online && ptr.Deref(sts.Spec.Replicas, 1) > 0:
 		return nil, fmt.Errorf("vm %s/%s is starting (its StatefulSet wants a pod): take the snapshot when it runs or is stopped", vm.Namespace, vm.Name)
 	}
-	info := Info{VM: vm.Name, Name: name, Kind: KindCopy, Phase: PhaseInProgress}
+	info := Info{VM: vm.Name, Name: name, Phase: PhaseInProgress}
 	var sizes map[string]int64
 	if online {
 		if sizes, err = diskSizes(ctx, o.Client, pod); err != nil {
@@ -80,10 +80,26 @@ func Take(ctx context.Context, o Options, vm *vmclient.VM, name string) (*Snapsh
 		}
 		sources = append(sources, c)
 		block := c.Spec.VolumeMode == nil || *c.Spec.VolumeMode == corev1.PersistentVolumeBlock
-		info.Disks = append(info.Disks, Disk{Name: d, Claim: ClaimName(vm.Name, name, d), Size: sizes[d], Block: block})
+		info.Disks = append(info.Disks, Disk{Name: d, Size: sizes[d], Block: block})
 	}
 	if len(info.Disks) == 0 {
 		return nil, fmt.Errorf("vm %s/%s has no disk with a claim: nothing to snapshot", vm.Namespace, vm.Name)
+	}
+	classes, why := snapshotClasses(ctx, o.Client, sources)
+	info.Kind = KindCSI
+	if classes == nil {
+		info.Kind = KindCopy
+		fmt.Fprintf(o.Log, "copying the disks (no CSI snapshots: %s)\n", why)
+	}
+	for i := range info.Disks {
+		d := &info.Disks[i]
+		if info.Kind == KindCopy {
+			d.Claim = ClaimName(vm.Name, name, d.Name)
+			continue
+		}
+		d.VolumeSnapshot = ClaimName(vm.Name, name, d.Name)
+		d.StorageClass = ptr.Deref(sources[i].Spec.StorageClassName, "")
+		d.AccessModes = sources[i].Spec.AccessModes
 	}
 	// The manifest is the VirtualMachine, or in GitOps mode the
 	// StatefulSet.
@@ -102,27 +118,26 @@ func Take(ctx context.Context, o Options, vm *vmclient.VM, name string) (*Snapsh
 		return nil, err
 	}
 	secret.Data[KeyStatefulSet] = stsYAML
-	var vmClaims []string
-	dataClaim := ""
-	if !online {
-		for _, c := range sources {
-			vmClaims = append(vmClaims, c.Name)
-		}
-		dataClaim = helperpod.ClaimName(sts, render.VolumeRunnerData)
-	}
-	helper, err := helperpod.New(sts, PodName(vm.Name), Component, podVolumes(info, vmClaims, dataClaim))
+	helper, err := o.helper(vm, info, sources, online)
 	if err != nil {
 		return nil, err
 	}
-	if err := helperpod.NoOther(ctx, o.Client, helper, "snapshot or restore"); err != nil {
-		return nil, err
+	if helper != nil {
+		if err := helperpod.NoOther(ctx, o.Client, helper, "snapshot or restore"); err != nil {
+			return nil, err
+		}
 	}
 	secrets := o.Client.Kube.CoreV1().Secrets(vm.Namespace)
 	if secret, err = secrets.Create(ctx, secret, metav1.CreateOptions{FieldManager: vmclient.FieldManager}); err != nil {
 		return nil, fmt.Errorf("snapshot %s of vm %s/%s: %w", name, vm.Namespace, vm.Name, o.Client.Explain(err))
 	}
 	snap := &Snapshot{Secret: secret, Info: info}
-	if err := o.take(ctx, vm, snap, pod, helper, sources); err != nil {
+	if info.Kind == KindCSI {
+		err = o.takeCSI(ctx, snap, pod, helper, sources, classes)
+	} else {
+		err = o.take(ctx, vm, snap, pod, helper, sources)
+	}
+	if err != nil {
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if derr := Delete(cleanup, o.Client, secret); derr != nil {
@@ -130,13 +145,38 @@ func Take(ctx context.Context, o Options, vm *vmclient.VM, name string) (*Snapsh
 		}
 		// At once: the garbage collector would, in its time.
 		for _, d := range info.Disks {
+			if d.Claim == "" {
+				continue
+			}
 			if derr := claims.Delete(cleanup, d.Claim, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
 				err = errors.Join(err, fmt.Errorf("deleting claim %s of the failed snapshot: %w", d.Claim, o.Client.Explain(derr)))
 			}
 		}
+		err = errors.Join(err, deleteVolumeSnapshots(cleanup, o.Client, snap))
 		return nil, fmt.Errorf("snapshot %s of vm %s/%s: %w", name, vm.Namespace, vm.Name, err)
 	}
 	return snap, nil
+}
+
+// helper is the snapshot pod of a snapshot: it holds the copies' claims
+// (KindCopy) and, when the VM is stopped, the VM's claims and its runner
+// data's; nil when it has nothing to do (a CSI snapshot of a running VM,
+// whose pod archives its runner data).
+func (o Options) helper(vm *vmclient.VM, info Info, sources []*corev1.PersistentVolumeClaim, online bool) (*corev1.Pod, error) {
+	if online && info.Kind == KindCSI {
+		return nil, nil
+	}
+	var vmClaims []string
+	dataClaim := ""
+	if !online {
+		if info.Kind == KindCopy {
+			for _, c := range sources {
+				vmClaims = append(vmClaims, c.Name)
+			}
+		}
+		dataClaim = helperpod.ClaimName(vm.StatefulSet, render.VolumeRunnerData)
+	}
+	return helperpod.New(vm.StatefulSet, PodName(vm.Name), Component, podVolumes(info, vmClaims, dataClaim))
 }
 
 // take makes the snapshot's claims, copies the disks into them through
@@ -164,13 +204,18 @@ func (o Options) take(ctx context.Context, vm *vmclient.VM, snap *Snapshot, vmPo
 		return err
 	}
 	snap.Info.Seconds = time.Since(started).Seconds()
+	return o.markReady(ctx, snap, data)
+}
+
+// markReady writes the taken snapshot's Info and runner data.
+func (o Options) markReady(ctx context.Context, snap *Snapshot, data []byte) error {
 	snap.Info.Phase = PhaseReady
 	s := snap.Secret.DeepCopy()
 	s.Data[KeyRunnerData] = data
 	if err := SetInfo(s, snap.Info); err != nil {
 		return err
 	}
-	s, err = o.Client.Kube.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{FieldManager: vmclient.FieldManager})
+	s, err := o.Client.Kube.CoreV1().Secrets(s.Namespace).Update(ctx, s, metav1.UpdateOptions{FieldManager: vmclient.FieldManager})
 	if err != nil {
 		return o.Client.Explain(err)
 	}
@@ -261,12 +306,7 @@ func (o Options) copyStopped(ctx context.Context, snap *Snapshot, helper *corev1
 		snap.Info.Bytes += n
 	}
 	snap.Info.Consistency = Stopped
-	var data, stderr bytes.Buffer
-	err := podexec.Exec(ctx, o.Client.Config, helper, []string{"vm-runner", "snapshot", "data"}, podexec.Streams{Stdout: &data, Stderr: &stderr})
-	if err != nil {
-		return nil, execError("the runner data's archive", err, stderr.String())
-	}
-	return data.Bytes(), nil
+	return o.archive(ctx, helper)
 }
 
 // copyDisk copies size bytes (all when 0) from one path of the pod to
@@ -324,10 +364,9 @@ func diskPath(volume string, block bool) string {
 	return runnerconfig.DiskFile(volume)
 }
 
-// podVolumes are the snapshot pod's volumes: the snapshot's claims and,
-// with dataClaim, the VM's claims and its runner data's.
+// podVolumes are the snapshot pod's volumes: the snapshot's claims (of
+// copies), the VM's vmClaims and, with dataClaim, its runner data's.
 func podVolumes(info Info, vmClaims []string, dataClaim string) []helperpod.Volume {
-	vm := dataClaim != ""
 	var vols []helperpod.Volume
 	add := func(name, claim string, block bool) {
 		p := diskPath(name, block)
@@ -337,12 +376,14 @@ func podVolumes(info Info, vmClaims []string, dataClaim string) []helperpod.Volu
 		vols = append(vols, helperpod.Volume{Name: name, Claim: claim, Path: p, Block: block})
 	}
 	for i, d := range info.Disks {
-		add(helperVolume(i), d.Claim, d.Block)
-		if vm {
+		if d.Claim != "" {
+			add(helperVolume(i), d.Claim, d.Block)
+		}
+		if i < len(vmClaims) {
 			add(vmVolume(i), vmClaims[i], d.Block)
 		}
 	}
-	if vm {
+	if dataClaim != "" {
 		vols = append(vols, helperpod.Volume{Name: render.VolumeRunnerData, Claim: dataClaim, Path: runnerconfig.DataDir})
 	}
 	return vols

@@ -1,9 +1,10 @@
 // Package vmsnapshot is a VM's snapshots as the cluster holds them, in
 // either mode: a Secret per snapshot (what it is, the VM's manifest as it
 // was, the archive of its runner data: firmware variables, TPM state,
-// machine uuid) that owns a claim per disk holding the disk's copy.
-// Deleting the Secret deletes the claims (the garbage collector); a VM's
-// deletion deletes neither. kubectl vm snapshot, restore and clone share
+// machine uuid) that owns, per disk, a CSI VolumeSnapshot where the
+// disk's storage class has a VolumeSnapshotClass, else a claim holding
+// the disk's copy. Deleting the Secret deletes them (the garbage
+// collector); a VM's deletion deletes neither. kubectl vm snapshot, restore and clone share
 // it.
 package vmsnapshot
 
@@ -86,12 +87,18 @@ type Info struct {
 type Disk struct {
 	// Name is the disk's volume name in the VM (root-disk).
 	Name string `json:"name"`
-	// Claim holds the copy; Size is the disk's size in bytes.
-	Claim string `json:"claim"`
-	Size  int64  `json:"size"`
+	// Claim holds the copy (KindCopy), VolumeSnapshot the CSI snapshot
+	// (KindCSI); Size is the disk's size in bytes.
+	Claim          string `json:"claim,omitempty"`
+	VolumeSnapshot string `json:"volumeSnapshot,omitempty"`
+	Size           int64  `json:"size"`
 	// Block: the claim is a Block volume, else a Filesystem one holding
 	// the image file.
 	Block bool `json:"block"`
+	// StorageClass and AccessModes are the disk's claim's (KindCSI): what
+	// a claim made from the VolumeSnapshot asks for.
+	StorageClass string                              `json:"storageClass,omitempty"`
+	AccessModes  []corev1.PersistentVolumeAccessMode `json:"accessModes,omitempty"`
 }
 
 // Snapshot is a snapshot's Secret and what it says.
