@@ -3,8 +3,9 @@
 # (the real node, by far the longest package) starts first and runs
 # beside vet, lint and every other package, which go one at a time so
 # that no more than two test programs share the machine's cores (as
-# go test -p 2 did). The harness's own node test follows test/node in the
-# background: both take the machine's node lock. The run takes about as
+# go test -p 2 did). The harness's own node tests (testnode, csidriver)
+# follow test/node in the background: they all take the machine's node
+# lock. The run takes about as
 # long as test/node; its output comes after the others'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,15 +17,15 @@ export VMOP_KUBE_BIN_DIR
 node_log=$(mktemp)
 trap 'rm -f "$node_log"' EXIT
 echo "test/node runs in the background (~30 minutes); its result follows the other packages'"
-node_pkgs="./test/node ./test/harness/testnode"
-# shellcheck disable=SC2086 # two packages
+node_pkgs="./test/node ./test/harness/testnode ./test/harness/csidriver"
+# shellcheck disable=SC2086 # several packages
 $GO test -p 1 -count=1 -timeout 70m $node_pkgs >"$node_log" 2>&1 &
 node=$!
 
 status=0
 if "$MAKE" --no-print-directory vet lint; then
 	# shellcheck disable=SC2046 # one argument per package
-	$GO test -p 1 -count=1 -timeout 50m $($GO list ./... | grep -v -e '/test/node$' -e '/test/harness/testnode$') || status=$?
+	$GO test -p 1 -count=1 -timeout 50m $($GO list ./... | grep -v -e '/test/node$' -e '/test/harness/testnode$' -e '/test/harness/csidriver$') || status=$?
 else
 	status=1
 	# SIGINT, not SIGTERM: the node's harness then undoes its changes

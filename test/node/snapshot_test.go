@@ -139,6 +139,13 @@ func requireCopyHolds(t *testing.T, ns, claim string, upTo, not int) {
 	if *c.Spec.VolumeMode == corev1.PersistentVolumeFilesystem {
 		file = filepath.Join(node.VolumePath(c.Spec.VolumeName), runnerconfig.DiskFileName)
 	}
+	requireRecordsIn(t, file, upTo, not)
+}
+
+// requireRecordsIn requires that file, a records disk's bytes, holds
+// records 1 to upTo and not record not.
+func requireRecordsIn(t *testing.T, file string, upTo, not int) {
+	t.Helper()
 	f, err := os.Open(file)
 	require.NoError(t, err)
 	defer f.Close()

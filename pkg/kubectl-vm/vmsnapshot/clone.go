@@ -2,6 +2,8 @@ package vmsnapshot
 
 import (
 	"context"
+	"crypto/rand"
+	"net"
 	"errors"
 	"fmt"
 	"time"
@@ -21,9 +23,9 @@ import (
 // Clone makes the claims of a new VM called name from snap, filled with
 // the snapshot's disks and runner data but the machine's uuid, and
 // returns the new VM's manifest: the snapshot's VirtualMachine renamed,
-// without what makes a machine itself (its SMBIOS uuid, its NICs' MAC
-// addresses, cloud-init's instance-id and a hostname that was the
-// original's), so that the clone boots beside the original as a machine
+// without what makes a machine itself (its SMBIOS uuid, cloud-init's
+// instance-id and a hostname that was the original's; new MAC addresses
+// where it set them), so that the clone boots beside the original as a machine
 // of its own and cloud-init runs in it again. The caller applies it (or
 // prints it, in GitOps mode). A clone that fails leaves no claim.
 func Clone(ctx context.Context, o Options, snap *Snapshot, name string) (*unstructured.Unstructured, error) {
@@ -106,8 +108,12 @@ func cloneManifest(snap *Snapshot, name string) (*unstructured.Unstructured, err
 	if nets, ok, _ := unstructured.NestedSlice(u.Object, "spec", "vm", "networks"); ok {
 		for _, n := range nets {
 			for _, kind := range []string{"tap", "user", "pod"} {
-				if m, ok := n.(map[string]any); ok {
-					unstructured.RemoveNestedField(m, kind, "mac")
+				m, ok := n.(map[string]any)
+				if !ok {
+					continue
+				}
+				if _, had, _ := unstructured.NestedString(m, kind, "mac"); had {
+					_ = unstructured.SetNestedField(m, newMAC(), kind, "mac")
 				}
 			}
 		}
@@ -118,4 +124,14 @@ func cloneManifest(snap *Snapshot, name string) (*unstructured.Unstructured, err
 		unstructured.RemoveNestedField(u.Object, "spec", "cloudInit", "metaData", "local-hostname")
 	}
 	return u, nil
+}
+
+// newMAC is a random unicast, locally administered MAC address: a NIC of
+// the clone's own where the original's had one set (on a bridge both
+// share, the original's would clash).
+func newMAC() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	b[0] = b[0]&^0x01 | 0x02
+	return net.HardwareAddr(b).String()
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -126,6 +127,14 @@ spec:
 	require.NoError(t, err)
 	u, err := cloneManifest(&Snapshot{Secret: secret, Info: Info{VM: "golden", Name: "v1"}}, "desk-1")
 	require.NoError(t, err)
+	nets, _, _ := unstructured.NestedSlice(u.Object, "spec", "vm", "networks")
+	for i, kind := range []string{"pod", "user"} {
+		mac, _, _ := unstructured.NestedString(nets[i].(map[string]any), kind, "mac")
+		require.Regexp(t, `^[0-9a-f][26ae](:[0-9a-f]{2}){5}$`, mac, "a new unicast, locally administered MAC")
+		require.NotContains(t, []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}, mac)
+		unstructured.RemoveNestedField(nets[i].(map[string]any), kind, "mac")
+	}
+	require.NoError(t, unstructured.SetNestedSlice(u.Object, nets, "spec", "vm", "networks"))
 	b, err := yaml.Marshal(u.Object)
 	require.NoError(t, err)
 	require.Equal(t, `apiVersion: vmoperator.jdrupes.org/v1
