@@ -277,8 +277,7 @@ func (o Options) archive(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
 
 // claimsFromSnapshot makes the VM's disk claims anew from snap's
 // VolumeSnapshots, deleting the claims there are (the caller has kept
-// them in a snapshot); a claim already made from its VolumeSnapshot
-// stays.
+// them in a snapshot).
 func (o Options) claimsFromSnapshot(ctx context.Context, vm *vmclient.VM, snap *Snapshot) error {
 	claims := o.Client.Kube.CoreV1().PersistentVolumeClaims(vm.Namespace)
 	for _, d := range snap.Info.Disks {
@@ -288,8 +287,6 @@ func (o Options) claimsFromSnapshot(ctx context.Context, vm *vmclient.VM, snap *
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return o.Client.Explain(err)
-		case old.Spec.DataSource != nil && old.Spec.DataSource.Kind == "VolumeSnapshot" && old.Spec.DataSource.Name == d.VolumeSnapshot:
-			continue
 		default:
 			fmt.Fprintf(o.Log, "replacing claim %s with one made from VolumeSnapshot %s\n", old.Name, d.VolumeSnapshot)
 			if err := o.deleteClaim(ctx, old); err != nil {

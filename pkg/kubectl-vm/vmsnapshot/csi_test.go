@@ -112,32 +112,33 @@ func TestDiskClaim(t *testing.T) {
 	require.Equal(t, "2Gi", ptr.To(c.Spec.Resources.Requests[corev1.ResourceStorage]).String())
 }
 
-// TestClaimsFromSnapshot: the VM's claim is replaced by one made from
-// the VolumeSnapshot; one made from it already stays.
+// TestClaimsFromSnapshot: the VM's claims are replaced by ones made from
+// the VolumeSnapshots, one made from the same before too (a second
+// restore of a snapshot); a missing one is made.
 func TestClaimsFromSnapshot(t *testing.T) {
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "vms"},
 		Spec: appsv1.StatefulSetSpec{
 			Selector:             &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/instance": "web"}},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "root-disk"}}, {ObjectMeta: metav1.ObjectMeta{Name: "data"}}},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "root-disk"}}, {ObjectMeta: metav1.ObjectMeta{Name: "data"}}, {ObjectMeta: metav1.ObjectMeta{Name: "swap"}}},
 		},
 	}
 	old := claimOf("root-disk-web-0", "ceph")
 	old.UID = "old"
-	kept := diskClaim(sts, Disk{Name: "data", VolumeSnapshot: "web-snapshot-s1-data", StorageClass: "ceph"})
-	kept.UID = "kept"
-	kube := fake.NewClientset(old, kept)
+	again := diskClaim(sts, Disk{Name: "data", VolumeSnapshot: "web-snapshot-s1-data", StorageClass: "ceph"})
+	again.UID = "again"
+	kube := fake.NewClientset(old, again)
 	o := Options{Client: &vmclient.Client{Kube: kube, Namespace: "vms"}, Timeout: 5 * time.Second, Log: io.Discard}
 	snap := &Snapshot{Info: Info{Kind: KindCSI, Disks: []Disk{
 		{Name: "root-disk", VolumeSnapshot: "web-snapshot-s1-root-disk", StorageClass: "ceph"},
 		{Name: "data", VolumeSnapshot: "web-snapshot-s1-data", StorageClass: "ceph"},
+		{Name: "swap", VolumeSnapshot: "web-snapshot-s1-swap", StorageClass: "ceph"},
 	}}}
 	require.NoError(t, o.claimsFromSnapshot(t.Context(), &vmclient.VM{Namespace: "vms", Name: "web", StatefulSet: sts}, snap))
-	root, err := kube.CoreV1().PersistentVolumeClaims("vms").Get(t.Context(), "root-disk-web-0", metav1.GetOptions{})
-	require.NoError(t, err)
-	require.NotEqual(t, "old", string(root.UID))
-	require.Equal(t, "web-snapshot-s1-root-disk", root.Spec.DataSource.Name)
-	data, err := kube.CoreV1().PersistentVolumeClaims("vms").Get(t.Context(), "data-web-0", metav1.GetOptions{})
-	require.NoError(t, err)
-	require.Equal(t, "kept", string(data.UID))
+	for _, d := range snap.Info.Disks {
+		c, err := kube.CoreV1().PersistentVolumeClaims("vms").Get(t.Context(), d.Name+"-web-0", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Empty(t, c.UID, "claim %s is made anew", c.Name)
+		require.Equal(t, d.VolumeSnapshot, c.Spec.DataSource.Name)
+	}
 }

@@ -49,9 +49,18 @@ func Restore(ctx context.Context, o Options, vm *vmclient.VM, snap *Snapshot) er
 		defer cancel()
 		return Delete(ctx, o.Client, before.Secret)
 	}
-	if err := o.restore(ctx, vm, snap, snap.Info.VM != vm.Name); err != nil {
+	// A CSI snapshot's disks come back as claims made anew from it.
+	restore := func(ctx context.Context, snap *Snapshot, clone bool) error {
+		if snap.Info.Kind == KindCSI {
+			if err := o.claimsFromSnapshot(ctx, vm, snap); err != nil {
+				return err
+			}
+		}
+		return o.restore(ctx, vm, snap, clone)
+	}
+	if err := restore(ctx, snap, snap.Info.VM != vm.Name); err != nil {
 		fmt.Fprintf(o.Log, "the restore failed (%v); bringing the disks back as they were\n", err)
-		if rerr := o.restore(context.WithoutCancel(ctx), vm, before, false); rerr != nil {
+		if rerr := restore(context.WithoutCancel(ctx), before, false); rerr != nil {
 			return fmt.Errorf("restoring snapshot %s of vm %s/%s: %w; bringing the disks back failed too (%v): they are in snapshot %s (kubectl vm restore %s %s)",
 				snap.Info.Name, vm.Namespace, vm.Name, err, rerr, before.Info.Name, vm.Name, before.Info.Name)
 		}
@@ -61,15 +70,11 @@ func Restore(ctx context.Context, o Options, vm *vmclient.VM, snap *Snapshot) er
 }
 
 // restore copies snap's disks and runner data onto the VM's claims in
-// the snapshot pod, or makes the claims anew from its VolumeSnapshots;
-// for a clone, all the runner data but the machine's uuid.
+// the snapshot pod (a CSI snapshot's disks are claims made from it: the
+// pod holding them shows that they could be); for a clone, all the runner
+// data but the machine's uuid.
 func (o Options) restore(ctx context.Context, vm *vmclient.VM, snap *Snapshot, clone bool) error {
 	sts := vm.StatefulSet
-	if snap.Info.Kind == KindCSI {
-		if err := o.claimsFromSnapshot(ctx, vm, snap); err != nil {
-			return err
-		}
-	}
 	var vmClaims []string
 	for _, d := range snap.Info.Disks {
 		vmClaims = append(vmClaims, helperpod.ClaimName(sts, d.Name))
