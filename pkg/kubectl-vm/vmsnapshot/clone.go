@@ -3,9 +3,9 @@ package vmsnapshot
 import (
 	"context"
 	"crypto/rand"
-	"net"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
