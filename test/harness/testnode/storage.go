@@ -159,6 +159,13 @@ func (n *Node) VolumePath(name string) string { return filepath.Join(n.dir, "vol
 // DiskFile is the file behind a Block volume, to read what a guest wrote.
 func (n *Node) DiskFile(name string) string { return filepath.Join(n.dir, "disks", name+".img") }
 
+// StorageDir is a directory of the node's for the files of a storage
+// driver (test/harness/csidriver's): Stop, and a later Start after a
+// killed run, unmount what is mounted below the node's directory and
+// detach the loop devices of its files, as they do for the node's own
+// volumes.
+func (n *Node) StorageDir(driver string) string { return filepath.Join(n.dir, "storage", driver) }
+
 func (n *Node) createPV(ctx context.Context, v Volume, class string, mode corev1.PersistentVolumeMode, path string) error {
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: v.Name, Labels: v.Labels},

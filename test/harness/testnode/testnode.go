@@ -61,6 +61,10 @@ const (
 	pauseImage = "vmop.test/pause:devel"
 )
 
+// PauseImage is an image every node has (its pod sandbox's): a container
+// that only waits, for pods that just hold volumes.
+const PauseImage = pauseImage
+
 // Storage classes of the node's PersistentVolumes; both bind when a pod is
 // scheduled (WaitForFirstConsumer), as local volumes must.
 const (
