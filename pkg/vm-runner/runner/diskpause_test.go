@@ -32,6 +32,13 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 		"To go on, free space on its volume or grow its claim")
 	require.False(t, v.r.ready.Load(), "a paused guest's pod is not ready")
 	require.Equal(t, e.Message, *v.r.paused.Load(), "what the readiness probe answers")
+	// A snapshot's freeze says why it cannot be, at once: the agent of
+	// a paused guest would not answer.
+	f := freezeRequest{timeout: time.Minute, done: make(chan freezeResult, 1)}
+	res, err := askLoop(t.Context(), v.r.freezes, f, f.done)
+	require.NoError(t, err)
+	require.ErrorIs(t, res.err, ErrPaused)
+	require.ErrorContains(t, res.err, "disk disk0 (spec.vm.disks[0]) is full")
 
 	// Retries fail while the volume is full: one warning, still paused.
 	require.Eventually(t, func() bool { return countOf(v.q.commands(0), "cont") >= 3 }, waitTimeout, 10*time.Millisecond, "three retries")

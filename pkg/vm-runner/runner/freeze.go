@@ -33,6 +33,10 @@ const (
 // snapshot taken now is crash-consistent.
 var ErrNoAgent = errors.New("no guest agent is connected: the guest's file systems cannot be frozen, and a snapshot now is crash-consistent")
 
+// ErrPaused: qemu holds the guest paused, so it cannot be frozen; a
+// snapshot taken now holds its disks as they were when it paused.
+var ErrPaused = errors.New("the guest is paused: it was not frozen")
+
 // freezeRequest is a freeze (timeout > 0) or a thaw handed to the loop.
 type freezeRequest struct {
 	timeout time.Duration
@@ -66,6 +70,10 @@ func (r *Runner) freezeExpiry() <-chan time.Time {
 func (r *Runner) freezeGuest(ctx context.Context, timeout time.Duration) (int, error) {
 	if timeout == 0 {
 		return r.thawGuest(ctx, ReasonThawed, "")
+	}
+	if why := r.paused.Load(); why != nil {
+		// Its agent would not answer until the guest goes on.
+		return 0, fmt.Errorf("%w (%s)", ErrPaused, *why)
 	}
 	if !r.live.agentConnected {
 		return 0, ErrNoAgent
@@ -164,7 +172,7 @@ func (r *Runner) serveFreeze(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "the runner is busy: try again", http.StatusServiceUnavailable)
 	case err != nil:
 		http.Error(w, "the runner did not answer in time", http.StatusServiceUnavailable)
-	case errors.Is(res.err, ErrNoAgent):
+	case errors.Is(res.err, ErrNoAgent), errors.Is(res.err, ErrPaused):
 		http.Error(w, res.err.Error(), http.StatusConflict)
 	case res.err != nil:
 		http.Error(w, res.err.Error(), http.StatusInternalServerError)
@@ -208,6 +216,9 @@ func Freeze(ctx context.Context, configFile string, timeout time.Duration) (Free
 		}
 		return res, nil
 	case http.StatusConflict:
+		if said := strings.TrimSpace(string(body)); strings.HasPrefix(said, ErrPaused.Error()) {
+			return FreezeResult{}, fmt.Errorf("%w%s", ErrPaused, strings.TrimPrefix(said, ErrPaused.Error()))
+		}
 		return FreezeResult{}, ErrNoAgent
 	}
 	return FreezeResult{}, errors.New(strings.TrimSpace(string(body)))

@@ -153,9 +153,6 @@ func (r *Runner) startPush(ctx context.Context, req snapshotpush.PushRequest) (s
 // freezeForPush freezes the guest for the start of a push if it can, or
 // says why the copy is crash-consistent.
 func (r *Runner) freezeForPush(ctx context.Context) (bool, string) {
-	if why := r.paused.Load(); why != nil {
-		return false, "the guest is paused (" + *why + "): it was not frozen"
-	}
 	if _, err := r.freezeGuest(ctx, time.Minute); err != nil {
 		return false, err.Error()
 	}
