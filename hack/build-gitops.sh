@@ -22,25 +22,10 @@ set -euo pipefail
 argocd_version=v3.1.16
 flux_version=v1.9.6
 here=$(cd "$(dirname "$0")" && pwd)
-key=$(cat "$0" "$here"/gitops/*/go.mod "$here"/gitops/*/go.sum "$here"/gitops/*/tools.go | sha256sum | cut -c1-16)
-base=${VMOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop}
-cache=$base/gitops-$key
-
-mkdir -p "$base"
-# Test binaries of several packages may call this at once: build once.
-exec 9>"$base/.gitops.lock"
-flock 9
-if [ -d "$cache" ]; then
-	echo "$cache"
-	exit 0
-fi
-
-# Static, for images without a libc of theirs; go.sum as committed (the
-# modules were tidied with GOSUMDB=off: the proxy is all there is).
-export CGO_ENABLED=0 GOOS=linux GOARCH=amd64 GOFLAGS="-mod=readonly -buildvcs=false" GOWORK=off
-tmp=$cache.tmp
-rm -rf "$tmp"
-mkdir -p "$tmp/manifests"
+# shellcheck source=tools-cache.sh
+. "$here/tools-cache.sh"
+tools_cache gitops "$0" "$here/tools-cache.sh" "$here"/gitops/*/go.mod "$here"/gitops/*/go.sum "$here"/gitops/*/tools.go
+mkdir "$tmp/manifests"
 
 # build MODULE_DIR OUT PACKAGE [LDFLAGS]
 build() {

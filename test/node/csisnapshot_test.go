@@ -73,13 +73,7 @@ func TestSnapshotsCSI(t *testing.T) {
 	require.Regexp(t, `^snapshot c1 of vm csisnaps/cs taken in [0-9.]+s: 3 disks, 304 MiB; consistent, the guest frozen for [0-9.]+s\n$`, out)
 	t.Logf("online CSI snapshot: %s", strings.TrimSpace(out))
 	requireEvents(t, ns, "vm/"+vm, "Frozen", "Thawed")
-	console, err := consoleLog(t.Context(), ns, vm)
-	require.NoError(t, err)
-	frozeAt, thawedAt := strings.Index(console, testguest.FrozenLine), strings.Index(console, testguest.ThawedLine)
-	require.Positive(t, frozeAt)
-	require.Greater(t, thawedAt, frozeAt)
-	before, after := testguest.AckedRecords(console[:frozeAt]), testguest.AckedRecords(console[:thawedAt])+1
-	t.Logf("records acknowledged before the freeze: %d; after the thaw: from %d", before, after+1)
+	before, after := frozenRecords(t, ns, vm)
 	for _, disk := range []string{"records-disk", "fs-records-disk"} {
 		requireRecordsIn(t, snapshotData(t, drv, ns, vmsnapshot.ClaimName(vm, "c1", disk)), before, after+1)
 	}
@@ -137,16 +131,7 @@ func TestSnapshotsCSI(t *testing.T) {
 
 // csiDisk is a disk of the VM on a claim of the CSI driver's class.
 func csiDisk(name, mode string) string {
-	return fmt.Sprintf(`    - volumeClaimTemplate:
-        metadata:
-          name: %s
-        spec:
-          storageClassName: %s
-          volumeMode: %s
-          resources:
-            requests:
-              storage: 128Mi
-`, name, csidriver.StorageClass, mode)
+	return diskClaim(name, csidriver.StorageClass, mode, "", "128Mi")
 }
 
 // snapshotHandle is the driver's ID of VolumeSnapshot name's snapshot.

@@ -18,21 +18,23 @@ import (
 )
 
 // diskClaim is a VM's disk on a new claim of class and mode (Block or
-// Filesystem) that selects the volume labelled disk: volume.
+// Filesystem) that selects the volume labelled disk: volume, or any
+// volume of the class when volume is "".
 func diskClaim(name, class, mode, volume, size string) string {
+	selector := ""
+	if volume != "" {
+		selector = fmt.Sprintf("          selector:\n            matchLabels:\n              disk: %s\n", volume)
+	}
 	return fmt.Sprintf(`    - volumeClaimTemplate:
         metadata:
           name: %s
         spec:
           storageClassName: %s
           volumeMode: %s
-          selector:
-            matchLabels:
-              disk: %s
-          resources:
+%s          resources:
             requests:
               storage: %s
-`, name, class, mode, volume, size)
+`, name, class, mode, selector, size)
 }
 
 // Records a guest writes through a test: one every recordPause (after

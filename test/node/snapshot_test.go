@@ -71,13 +71,7 @@ func TestSnapshots(t *testing.T) {
 	require.Regexp(t, `^snapshot s1 of vm snapshots/snapped taken in [0-9.]+s: 3 disks, 304 MiB; consistent, the guest frozen for 0\.[0-9]+s\n$`, out)
 	t.Logf("online snapshot: %s", strings.TrimSpace(out))
 	requireEvents(t, ns, "vm/"+vm, "Frozen", "Thawed", "SnapshotTaken")
-	console, err := consoleLog(t.Context(), ns, vm)
-	require.NoError(t, err)
-	frozeAt, thawedAt := strings.Index(console, testguest.FrozenLine), strings.Index(console, testguest.ThawedLine)
-	require.Positive(t, frozeAt)
-	require.Greater(t, thawedAt, frozeAt)
-	before, after := testguest.AckedRecords(console[:frozeAt]), testguest.AckedRecords(console[:thawedAt])+1
-	t.Logf("records acknowledged before the freeze: %d; after the thaw: from %d", before, after+1)
+	before, after := frozenRecords(t, ns, vm)
 	requireCopyHolds(t, ns, vmsnapshot.ClaimName(vm, "s1", "records-disk"), before, after+1)
 	requireCopyHolds(t, ns, vmsnapshot.ClaimName(vm, "s1", "fs-records-disk"), before, after+1)
 	require.Regexp(t, `(?m)^snapped\s+s1\s+Ready\s+copy\s+consistent\s+3\s+304 MiB\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm))
@@ -176,4 +170,19 @@ func machineUUID(t *testing.T, ns, vm string) string {
 	b, err := os.ReadFile(node.VolumePath(c.Spec.VolumeName) + "/uuid.txt")
 	require.NoError(t, err)
 	return string(b)
+}
+
+// frozenRecords reads the guest's console for its freeze: the last
+// record it acknowledged before the freeze, and the last one it began
+// before the thaw (after it, records are not in a snapshot).
+func frozenRecords(t *testing.T, ns, vm string) (before, after int) {
+	t.Helper()
+	console, err := consoleLog(t.Context(), ns, vm)
+	require.NoError(t, err)
+	frozeAt, thawedAt := strings.Index(console, testguest.FrozenLine), strings.Index(console, testguest.ThawedLine)
+	require.Positive(t, frozeAt)
+	require.Greater(t, thawedAt, frozeAt)
+	before, after = testguest.AckedRecords(console[:frozeAt]), testguest.AckedRecords(console[:thawedAt])+1
+	t.Logf("records acknowledged before the freeze: %d; after the thaw: from %d", before, after+1)
+	return before, after
 }

@@ -281,13 +281,7 @@ func detachLoops(file string) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, dev := range devs {
-		if out, err := exec.Command("losetup", "--detach", dev).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("losetup --detach %s: %w: %s", dev, err, strings.TrimSpace(string(out))))
-		}
-	}
-	return errors.Join(errs...)
+	return detach(devs)
 }
 
 // flushLoops writes what the page cache holds of file's loop devices
@@ -319,6 +313,11 @@ func detachLoopsBelow(dir string) error {
 	if err != nil {
 		return err
 	}
+	return detach(devs)
+}
+
+// detach detaches the loop devices devs.
+func detach(devs []string) error {
 	var errs []error
 	for _, dev := range devs {
 		if out, err := exec.Command("losetup", "--detach", dev).CombinedOutput(); err != nil {
