@@ -1,11 +1,9 @@
 package vmsnapshot
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -20,7 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
-	"github.com/vmop/vmop/pkg/kubectl-vm/podexec"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 )
 
@@ -245,10 +242,8 @@ func deleteVolumeSnapshots(ctx context.Context, c *vmclient.Client, snap *Snapsh
 // freeze has the VM's runner freeze the guest's file systems, for at most
 // freezeTimeout; false and why when it could not.
 func (o Options) freeze(ctx context.Context, vmPod *corev1.Pod) (bool, string) {
-	var stderr bytes.Buffer
-	cmd := []string{"vm-runner", "freeze", "--timeout", freezeTimeout.String()}
-	if err := podexec.Exec(ctx, o.Client.Config, vmPod, cmd, podexec.Streams{Stdout: io.Discard, Stderr: &stderr}); err != nil {
-		why := execError("the guest's freeze", err, stderr.String()).Error()
+	if _, err := runIn(ctx, o.Client, vmPod, "the guest's freeze", nil, "freeze", "--timeout", freezeTimeout.String()); err != nil {
+		why := err.Error()
 		fmt.Fprintf(o.Log, "%s: the snapshot is crash-consistent\n", why)
 		return false, why
 	}
@@ -257,9 +252,8 @@ func (o Options) freeze(ctx context.Context, vmPod *corev1.Pod) (bool, string) {
 
 // thaw has the VM's runner thaw the guest's file systems.
 func (o Options) thaw(ctx context.Context, vmPod *corev1.Pod) error {
-	var stderr bytes.Buffer
-	if err := podexec.Exec(ctx, o.Client.Config, vmPod, []string{"vm-runner", "thaw"}, podexec.Streams{Stdout: io.Discard, Stderr: &stderr}); err != nil {
-		return fmt.Errorf("%w; the runner thaws the guest by itself within %s", execError("thawing the guest", err, stderr.String()), freezeTimeout)
+	if _, err := runIn(ctx, o.Client, vmPod, "thawing the guest", nil, "thaw"); err != nil {
+		return fmt.Errorf("%w; the runner thaws the guest by itself within %s", err, freezeTimeout)
 	}
 	return nil
 }
@@ -267,12 +261,7 @@ func (o Options) thaw(ctx context.Context, vmPod *corev1.Pod) error {
 // archive is the runner data's archive, made in pod (the VM's, or a
 // helper holding its runner-data claim).
 func (o Options) archive(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
-	var data, stderr bytes.Buffer
-	err := podexec.Exec(ctx, o.Client.Config, pod, []string{"vm-runner", "snapshot", "data"}, podexec.Streams{Stdout: &data, Stderr: &stderr})
-	if err != nil {
-		return nil, execError("the runner data's archive", err, stderr.String())
-	}
-	return data.Bytes(), nil
+	return runIn(ctx, o.Client, pod, "the runner data's archive", nil, "snapshot", "data")
 }
 
 // claimsFromSnapshot makes the VM's disk claims anew from snap's

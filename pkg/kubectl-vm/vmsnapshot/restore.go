@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
-	"github.com/vmop/vmop/pkg/kubectl-vm/podexec"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
 )
@@ -98,17 +97,11 @@ func (o Options) restore(ctx context.Context, vm *vmclient.VM, snap *Snapshot, c
 				return fmt.Errorf("disk %s: %w", d.Name, err)
 			}
 		}
-		cmd := []string{"vm-runner", "snapshot", "restore-data"}
+		cmd := []string{"snapshot", "restore-data"}
 		if clone {
 			cmd = append(cmd, "--clone")
 		}
-		var stderr bytes.Buffer
-		err := podexec.Exec(ctx, o.Client.Config, helper, cmd, podexec.Streams{
-			Stdin: bytes.NewReader(snap.Secret.Data[KeyRunnerData]), Stderr: &stderr,
-		})
-		if err != nil {
-			return execError("the runner data", err, stderr.String())
-		}
-		return nil
+		_, err := runIn(ctx, o.Client, helper, "the runner data", bytes.NewReader(snap.Secret.Data[KeyRunnerData]), cmd...)
+		return err
 	})
 }

@@ -312,22 +312,21 @@ func (o Options) copyStopped(ctx context.Context, snap *Snapshot, helper *corev1
 // copyDisk copies size bytes (all when 0) from one path of the pod to
 // another, and returns how many.
 func (o Options) copyDisk(ctx context.Context, helper *corev1.Pod, from, to string, size int64) (int64, error) {
-	var out, stderr bytes.Buffer
-	cmd := []string{"vm-runner", "snapshot", "copy", "--from", from, "--to", to, "--size", strconv.FormatInt(size, 10)}
-	if err := podexec.Exec(ctx, o.Client.Config, helper, cmd, podexec.Streams{Stdout: &out, Stderr: &stderr}); err != nil {
-		return 0, execError("the copy", err, stderr.String())
+	out, err := runIn(ctx, o.Client, helper, "the copy", nil, "snapshot", "copy", "--from", from, "--to", to, "--size", strconv.FormatInt(size, 10))
+	if err != nil {
+		return 0, err
 	}
-	return strconv.ParseInt(strings.TrimSpace(out.String()), 10, 64)
+	return strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 }
 
 // diskSizes asks the VM's runner for its disks' sizes.
 func diskSizes(ctx context.Context, c *vmclient.Client, pod *corev1.Pod) (map[string]int64, error) {
-	var out, stderr bytes.Buffer
-	if err := podexec.Exec(ctx, c.Config, pod, []string{"vm-runner", "snapshot", "disks"}, podexec.Streams{Stdout: &out, Stderr: &stderr}); err != nil {
-		return nil, execError("vm-runner snapshot disks", err, stderr.String())
+	out, err := runIn(ctx, c, pod, "vm-runner snapshot disks", nil, "snapshot", "disks")
+	if err != nil {
+		return nil, err
 	}
 	var disks []snapshotpush.DiskInfo
-	if err := json.Unmarshal(out.Bytes(), &disks); err != nil {
+	if err := json.Unmarshal(out, &disks); err != nil {
 		return nil, err
 	}
 	sizes := map[string]int64{}
@@ -335,6 +334,17 @@ func diskSizes(ctx context.Context, c *vmclient.Client, pod *corev1.Pod) (map[st
 		sizes[d.Name] = d.Size
 	}
 	return sizes, nil
+}
+
+// runIn runs the vm-runner command cmd in pod with stdin (may be nil) and
+// returns what it printed; its failure says what failed, in the
+// command's own words.
+func runIn(ctx context.Context, c *vmclient.Client, pod *corev1.Pod, what string, stdin io.Reader, cmd ...string) ([]byte, error) {
+	var out, stderr bytes.Buffer
+	if err := podexec.Exec(ctx, c.Config, pod, append([]string{"vm-runner"}, cmd...), podexec.Streams{Stdin: stdin, Stdout: &out, Stderr: &stderr}); err != nil {
+		return nil, execError(what, err, stderr.String())
+	}
+	return out.Bytes(), nil
 }
 
 // execError is a command's failure in a pod, in its own words.
