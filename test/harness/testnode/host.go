@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmop/vmop/test/harness/testcache"
 	"github.com/vmop/vmop/test/harness/testcontainerd"
 )
@@ -237,6 +239,38 @@ const dirPrefix = "vmop-testnode-"
 // several packages run at once) and returns the release.
 func lockNode() (func(), error) {
 	return testcache.Lock(filepath.Join(os.TempDir(), "vmop-testnode.lock"))
+}
+
+// prepareHost readies the host for a node (the caller holds the lock):
+// it removes what killed runs left and shares netnsDir.
+func prepareHost() error {
+	cleanStale()
+	return shareNetnsDir()
+}
+
+// netnsDir is where containerd and ip netns keep network namespaces.
+const netnsDir = "/run/netns"
+
+// shareNetnsDir makes netnsDir the shared mount point that ip netns makes
+// the first time it runs. Made later, beside a running node (other
+// packages' tests run ip netns add), that mount hides the namespaces
+// containerd mounted on the plain directory: containerd can then no longer
+// remove them, and no pod of the node stops. It stays, as ip netns leaves
+// it.
+func shareNetnsDir() error {
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if err == unix.EINVAL { // not a mount point yet
+		if err = unix.Mount(netnsDir, netnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+			err = unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sharing %s as ip netns does: %w", netnsDir, err)
+	}
+	return nil
 }
 
 // cleanStale removes what nodes of killed test runs left (the caller holds

@@ -147,7 +147,10 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	cleanStale()
+	if err = prepareHost(); err != nil {
+		unlock()
+		return nil, err
+	}
 	n, err := start(ctx, opts)
 	if err != nil {
 		unlock()
@@ -157,7 +160,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	return n, nil
 }
 
-// start is Start for a caller that holds the lock and has cleaned up.
+// start is Start for a caller that holds the lock and has prepared the host.
 func start(ctx context.Context, opts Options) (n *Node, err error) {
 	binDir, err := testcluster.KubeBinDir(ctx, "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 	if err != nil {

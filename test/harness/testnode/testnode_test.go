@@ -24,7 +24,7 @@ func TestNode(t *testing.T) {
 	unlock, err := lockNode()
 	require.NoError(t, err)
 	defer unlock()
-	cleanStale()
+	require.NoError(t, prepareHost())
 	before := hostSnapshot(t)
 	t.Run("node", func(t *testing.T) {
 		begin := time.Now()
