@@ -1,7 +1,11 @@
 package node
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -51,7 +55,9 @@ func TestSnapshotsCSI(t *testing.T) {
 	manifest := strings.Replace(fmt.Sprintf(guestVM, vm, ns), "spec:\n  vm:\n", "spec:\n  resources:\n    requests:\n      cpu: 100m\n  vm:\n", 1)
 	manifest = strings.Replace(manifest, fmt.Sprintf("storageClassName: local-block\n          selector:\n            matchLabels:\n              disk: %s-%s\n", ns, vm),
 		"storageClassName: "+csidriver.StorageClass+"\n", 1)
-	manifest = strings.Replace(manifest, "    - cdrom:\n", csiDisk("records", "Block")+csiDisk("fs-records", "Filesystem")+"    - cdrom:\n", 1)
+	// And a disk of 2 GiB with 600 MiB of data, for the figures.
+	manifest = strings.Replace(manifest, "    - cdrom:\n", csiDisk("records", "Block")+csiDisk("fs-records", "Filesystem")+
+		diskClaim("bulk", csidriver.StorageClass, "Block", "", "2Gi")+"    - cdrom:\n", 1)
 	// On the pod network, with a MAC of its own that the clone must not
 	// share.
 	manifest = strings.Replace(manifest, "    disks:\n", "    networks:\n    - pod: {mac: \"02:00:00:00:0c:51\"}\n    disks:\n", 1)
@@ -67,23 +73,25 @@ func TestSnapshotsCSI(t *testing.T) {
 	kubectl(t, "", "vm", "start", "-n", ns, vm, "--wait", "--timeout", "3m")
 	waitConsole(t, ns, vm, testguest.RecordPrefix+"3", 2*time.Minute)
 	uuid := machineUUID(t, ns, vm)
+	bulk := fillBulk(t, drv, ns, "bulk-disk-"+vm+"-0")
 
 	// Online: a VolumeSnapshot per disk, cut while frozen.
 	out := kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "c1")
-	require.Regexp(t, `^snapshot c1 of vm csisnaps/cs taken in [0-9.]+s: 3 disks, 304 MiB; consistent, the guest frozen for [0-9.]+s\n$`, out)
+	require.Regexp(t, `^snapshot c1 of vm csisnaps/cs taken in [0-9.]+s: 4 disks, 2352 MiB; consistent, the guest frozen for [0-9.]+s\n$`, out)
 	t.Logf("online CSI snapshot: %s", strings.TrimSpace(out))
 	requireEvents(t, ns, "vm/"+vm, "Frozen", "Thawed")
 	before, after := frozenRecords(t, ns, vm)
 	for _, disk := range []string{"records-disk", "fs-records-disk"} {
 		requireRecordsIn(t, snapshotData(t, drv, ns, vmsnapshot.ClaimName(vm, "c1", disk)), before, after+1)
 	}
-	require.Regexp(t, `(?m)^cs\s+c1\s+Ready\s+csi\s+consistent\s+3\s+304 MiB\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm))
+	require.Equal(t, bulk, bulkSum(t, snapshotData(t, drv, ns, vmsnapshot.ClaimName(vm, "c1", "bulk-disk"))), "the 600 MiB in the snapshot")
+	require.Regexp(t, `(?m)^cs\s+c1\s+Ready\s+csi\s+consistent\s+4\s+2352 MiB\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm))
 
 	// Records on, then back to c1: the claims made anew from it.
 	waitConsole(t, ns, vm, testguest.RecordPrefix+fmt.Sprint(after+5), 2*time.Minute)
 	out = kubectl(t, "", "vm", "restore", "-n", ns, vm, "c1")
 	require.Contains(t, out, "vm csisnaps/cs restored to snapshot c1 in ")
-	t.Logf("CSI restore: %s", out)
+	t.Logf("CSI restore (disks of 48 MiB, 2x128 MiB and 2 GiB with 600 MiB of data): %s", out)
 	next := requireResumed(t, ns, vm, before)
 	require.LessOrEqual(t, next, after+1, "the guest goes on after the snapshot's last record, not the disk's before the restore")
 	require.Equal(t, uuid, machineUUID(t, ns, vm), "the machine's uuid")
@@ -115,7 +123,7 @@ func TestSnapshotsCSI(t *testing.T) {
 	kubectl(t, "", "vm", "stop", "-n", ns, vm, "--wait", "--timeout", "3m")
 	c1 := snapshotHandle(t, ns, vmsnapshot.ClaimName(vm, "c1", "system-disk"))
 	out = kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "c2", "--keep", "1")
-	require.Regexp(t, `^snapshot c2 of vm csisnaps/cs taken in [0-9.]+s: 3 disks, 304 MiB; stopped\nsnapshot c1 of vm csisnaps/cs deleted \(--keep 1\)\n$`, out)
+	require.Regexp(t, `^snapshot c2 of vm csisnaps/cs taken in [0-9.]+s: 4 disks, 2352 MiB; stopped\nsnapshot c1 of vm csisnaps/cs deleted \(--keep 1\)\n$`, out)
 	requireVolumeSnapshotGone(t, ns, vmsnapshot.ClaimName(vm, "c1", "system-disk"))
 	eventually.Within(t, time.Minute, func() string {
 		if _, err := drv.SnapshotPath(c1); err == nil {
@@ -132,6 +140,44 @@ func TestSnapshotsCSI(t *testing.T) {
 // csiDisk is a disk of the VM on a claim of the CSI driver's class.
 func csiDisk(name, mode string) string {
 	return diskClaim(name, csidriver.StorageClass, mode, "", "128Mi")
+}
+
+// Bulk data: bulkMiB of random bytes from bulkOffset, past the records.
+const bulkMiB, bulkOffset = 600, 1 << 30
+
+// fillBulk writes the bulk data to claim's volume of the driver and
+// returns its sum.
+func fillBulk(t *testing.T, drv *csidriver.Driver, ns, claim string) string {
+	t.Helper()
+	c, err := node.Client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
+	require.NoError(t, err)
+	pv, err := node.Client.CoreV1().PersistentVolumes().Get(t.Context(), c.Spec.VolumeName, metav1.GetOptions{})
+	require.NoError(t, err)
+	path, err := drv.VolumePath(pv.Spec.CSI.VolumeHandle)
+	require.NoError(t, err)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	buf := make([]byte, 4<<20)
+	for i := range bulkMiB / 4 {
+		_, _ = rand.Read(buf)
+		_, err := f.WriteAt(buf, bulkOffset+int64(i)*int64(len(buf)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Sync())
+	return bulkSum(t, path)
+}
+
+// bulkSum is the sum of the bulk data in the disk at path.
+func bulkSum(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	h := sha256.New()
+	_, err = io.Copy(h, io.NewSectionReader(f, bulkOffset, bulkMiB<<20))
+	require.NoError(t, err)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // snapshotHandle is the driver's ID of VolumeSnapshot name's snapshot.

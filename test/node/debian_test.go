@@ -138,11 +138,57 @@ func TestDebianServer(t *testing.T) {
 		require.True(t, strings.HasPrefix(banner, "SSH-2.0-OpenSSH_"), "banner %q", banner)
 	})
 
+	// An online snapshot of the 2 GiB disk (615 MiB used), for a clone
+	// once the VM stopped (the clone boots on the node's 2 CPUs alone).
+	require.NoError(t, node.AddBlockVolume(t.Context(), testnode.Volume{
+		Name: ns + "-golden", Size: *resource.NewQuantity(fi.Size(), resource.BinarySI),
+	}))
+	identity := guestIdentity(t, ns, vm, home, key)
+	snap := kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "golden")
+	require.Regexp(t, `^snapshot golden of vm server/deb taken in [0-9.]+s: 1 disk, 2048 MiB; consistent, the guest frozen for [0-9.]+s\n$`, snap)
+	t.Logf("online snapshot of the 2 GiB disk: %s", strings.TrimSpace(snap))
+
 	start = time.Now()
 	alice(t, "stop", vm, "--wait", "--timeout", "3m")
 	t.Logf("kubectl vm stop --wait: %.1f s", time.Since(start).Seconds())
 	requireEvents(t, ns, "vm/"+vm, "ShutdownCompleted", "after it was asked to")
+
+	t.Run("clone", func(t *testing.T) {
+		const twin = "deb2"
+		require.NoError(t, node.AddBlockVolume(t.Context(), testnode.Volume{
+			Name: ns + "-" + twin, Size: *resource.NewQuantity(fi.Size(), resource.BinarySI),
+		}))
+		require.NoError(t, node.AddFilesystemVolume(t.Context(), testnode.Volume{Name: ns + "-" + twin + "-data", Size: resource.MustParse("16Mi")}))
+		start := time.Now()
+		out, errOut, err := kubectlResult(t.Context(), "", "vm", "clone", "-n", ns, vm, twin, "--snapshot", "golden")
+		require.NoError(t, err, errOut)
+		t.Logf("kubectl vm clone of the 2 GiB disk: %.1f s:\n%s", time.Since(start).Seconds(), errOut)
+		require.Equal(t, "vm server/deb2 cloned from snapshot golden of deb\n", out)
+		require.Contains(t, errOut, "disk system-disk: a new machine id in /etc/machine-id on partition 3\n")
+		defer deleteVM(t, ns, twin)
+		waitConsole(t, ns, twin, twin+" login:", debianBootWait)
+		waitSSH(t, 4*time.Minute, guestSSH(ns, twin, home, key, "true"))
+		cloned := guestIdentity(t, ns, twin, home, key)
+		t.Logf("the original's identity: %v; the clone's: %v", identity, cloned)
+		require.Equal(t, []string{vm, twin}, []string{identity[3], cloned[3]}, "host names")
+		for i, what := range []string{"machine id", "SMBIOS uuid", "cloud-init instance-id"} {
+			require.NotEqual(t, identity[i], cloned[i], what)
+		}
+		require.Regexp(t, `^[0-9a-f]{32}$`, cloned[0])
+	})
+	kubectl(t, "", "vm", "snapshot", "delete", "-n", ns, vm, "golden")
 	deleteVM(t, ns, vm)
+}
+
+// guestIdentity is what makes the Debian guest a machine of its own: its
+// machine id, SMBIOS uuid, cloud-init instance-id and host name.
+func guestIdentity(t *testing.T, ns, vm, home, key string) []string {
+	t.Helper()
+	out := kubectl(t, "", guestSSH(ns, vm, home, key,
+		"cat /etc/machine-id; sudo -n cat /sys/class/dmi/id/product_uuid; cat /var/lib/cloud/data/instance-id; hostname")...)
+	id := strings.Fields(out)
+	require.Len(t, id, 4, out)
+	return id
 }
 
 // sshKey makes an ed25519 key pair without a passphrase in a new home

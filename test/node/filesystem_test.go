@@ -95,7 +95,7 @@ func TestImportFilesystemClaim(t *testing.T) {
 		}))
 	}
 	out = kubectl(t, "", "vm", "snapshot", "-n", ns, vm, "--name", "g1")
-	require.Regexp(t, `^snapshot g1 of vm fsdisk/fs taken in [0-9.]+s: 1 disks, 96 MiB; crash-consistent: no guest agent is connected`, out)
+	require.Regexp(t, `^snapshot g1 of vm fsdisk/fs taken in [0-9.]+s: 1 disk, 96 MiB; crash-consistent: no guest agent is connected`, out)
 	kubectl(t, "", "vm", "restart", "-n", ns, vm, "--wait", "--timeout", "3m")
 	require.Equal(t, testguest.BootPrefix+"2", waitConsole(t, ns, vm, testguest.BootPrefix, 2*time.Minute))
 	out = kubectl(t, "", "vm", "restore", "-n", ns, vm, "g1")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,7 +102,32 @@ func (o Options) restore(ctx context.Context, vm *vmclient.VM, snap *Snapshot, c
 		if clone {
 			cmd = append(cmd, "--clone")
 		}
-		_, err := runIn(ctx, o.Client, helper, "the runner data", bytes.NewReader(snap.Secret.Data[KeyRunnerData]), cmd...)
-		return err
+		if _, err := runIn(ctx, o.Client, helper, "the runner data", bytes.NewReader(snap.Secret.Data[KeyRunnerData]), cmd...); err != nil {
+			return err
+		}
+		if clone {
+			return o.renewMachineIDs(ctx, helper, snap.Info.Disks)
+		}
+		return nil
 	})
+}
+
+// renewMachineIDs gives the Linux guest on a clone's disks a machine id
+// of its own, and says where, or that there was none.
+func (o Options) renewMachineIDs(ctx context.Context, helper *corev1.Pod, disks []Disk) error {
+	renewed := false
+	for i, d := range disks {
+		out, err := runIn(ctx, o.Client, helper, "disk "+d.Name+"'s machine id", nil, "snapshot", "machine-id", diskPath(vmVolume(i), d.Block))
+		if err != nil {
+			return err
+		}
+		for _, file := range strings.FieldsFunc(string(out), func(r rune) bool { return r == '\n' }) {
+			fmt.Fprintf(o.Log, "disk %s: a new machine id in %s\n", d.Name, file)
+			renewed = true
+		}
+	}
+	if !renewed {
+		fmt.Fprintln(o.Log, "no Linux machine id on the disks to renew: the guest keeps the identity its disks hold (docs/user-guide/disks.md, clone)")
+	}
+	return nil
 }

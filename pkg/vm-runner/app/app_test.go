@@ -183,7 +183,7 @@ func TestUsageErrors(t *testing.T) {
 		{"freeze --timeout 11m", runnerconfig.ExitConfig, "vm-runner freeze: --timeout 11m0s: must be above 0 and at most 10m0s"},
 		{"freeze extra", runnerconfig.ExitConfig, `vm-runner freeze: unexpected argument "extra"`},
 		{"thaw --timeout 1m", runnerconfig.ExitConfig, "vm-runner thaw: unknown flag: --timeout"},
-		{"snapshot", runnerconfig.ExitConfig, "vm-runner snapshot: a command is required: disks, push, serve, copy, data or restore-data"},
+		{"snapshot", runnerconfig.ExitConfig, "vm-runner snapshot: a command is required: disks, push, serve, copy, data, restore-data or machine-id"},
 		{"snapshot bogus", runnerconfig.ExitConfig, `vm-runner snapshot: unknown command "bogus"`},
 		{"snapshot push --host h", runnerconfig.ExitConfig, "vm-runner snapshot push: --host and --export are required"},
 		{"snapshot push --host h --export d=e", runnerconfig.ExitConfig, `vm-runner snapshot push: --export "d=e": want DISK=EXPORT:PORT`},

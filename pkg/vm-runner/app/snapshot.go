@@ -18,6 +18,7 @@ import (
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/snapshotpush"
+	"github.com/vmop/vmop/pkg/vm-runner/machineid"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vm-runner/runnerdata"
 	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
@@ -25,11 +26,11 @@ import (
 
 // newSnapshotCmd is vm-runner snapshot: what kubectl vm snapshot and
 // restore run through pods/exec, in the VM's pod (disks, push) and in
-// the snapshot pod (serve, copy, data, restore-data). Each prints JSON
+// the snapshot pod (serve, copy, data, restore-data, machine-id). Each prints JSON
 // or its result on stdout and why it failed on stderr.
 func newSnapshotCmd() *cobra.Command {
 	return commandGroup("snapshot", "Copy a VM's disks and runner data into a snapshot, and back (kubectl vm snapshot, restore)",
-		runnerconfig.ExitConfig, newSnapshotDisksCmd(), newSnapshotPushCmd(), newSnapshotServeCmd(), newSnapshotCopyCmd(), newSnapshotDataCmd(), newSnapshotRestoreDataCmd())
+		runnerconfig.ExitConfig, newSnapshotDisksCmd(), newSnapshotPushCmd(), newSnapshotServeCmd(), newSnapshotCopyCmd(), newSnapshotDataCmd(), newSnapshotRestoreDataCmd(), newSnapshotMachineIDCmd())
 }
 
 func newSnapshotDisksCmd() *cobra.Command {
@@ -225,6 +226,26 @@ func newSnapshotRestoreDataCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "dir", runnerconfig.DataDir, "the runner data's directory")
 	cmd.Flags().BoolVar(&clone, "clone", false, "for a clone: leave out the machine's uuid, so that the clone gets its own")
+	usageCode(cmd, runnerconfig.ExitConfig)
+	return cmd
+}
+
+func newSnapshotMachineIDCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "machine-id DISK",
+		Short: "Give the Linux guest on a clone's disk a new machine id; print the files changed",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			changed, err := machineid.Renew(args[0])
+			for _, c := range changed {
+				fmt.Fprintln(cmd.OutOrStdout(), c)
+			}
+			if err != nil {
+				return exit(runnerconfig.ExitFailed, err)
+			}
+			return nil
+		},
+	}
 	usageCode(cmd, runnerconfig.ExitConfig)
 	return cmd
 }

@@ -138,7 +138,11 @@ func (o *Options) Run(ctx context.Context) error {
 	} else if i.Why != "" {
 		how += ": " + i.Why
 	}
-	fmt.Fprintf(o.Out, "snapshot %s of vm %s/%s taken in %.1fs: %d disks, %s; %s\n", i.Name, vm.Namespace, vm.Name, i.Seconds, len(i.Disks), size(i.Bytes), how)
+	disks := "disks"
+	if len(i.Disks) == 1 {
+		disks = "disk"
+	}
+	fmt.Fprintf(o.Out, "snapshot %s of vm %s/%s taken in %.1fs: %d %s, %s; %s\n", i.Name, vm.Namespace, vm.Name, i.Seconds, len(i.Disks), disks, size(i.Bytes), how)
 	if o.Keep == 0 {
 		return nil
 	}
