@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -133,7 +134,7 @@ func TestArgoCDHealth(t *testing.T) {
 		e.waitStatus(ns, "media", 60*time.Second, "running and ready", running)
 		rep, err := reporter.New(e.c.Config, ns, "media", nil)
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = rep.Stop(t.Context()) })
+		t.Cleanup(func() { _ = rep.Stop(context.Background()) })
 		image := filepath.Join(runnerconfig.ImageRepositoryDir, "installer.iso")
 		for _, c := range []struct {
 			fixture, reason string

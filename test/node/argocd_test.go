@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -266,8 +267,8 @@ func applyApplication(t *testing.T, file, repoURL, ns string) string {
 		// The example has no resources finalizer: deleting the
 		// Application leaves what it synced, which the namespace's
 		// deletion removes.
-		_, _, _ = kubectlResult(t.Context(), "", "delete", "application", "-n", argoNS, dest.Metadata.Name, "--wait", "--timeout", "2m")
-		_, _, _ = kubectlResult(t.Context(), "", "delete", "namespace", ns, "--wait", "--timeout", "4m")
+		_, _, _ = kubectlResult(context.Background(), "", "delete", "application", "-n", argoNS, dest.Metadata.Name, "--wait", "--timeout", "2m")
+		_, _, _ = kubectlResult(context.Background(), "", "delete", "namespace", ns, "--wait", "--timeout", "4m")
 	})
 	return dest.Metadata.Name
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -216,8 +217,8 @@ func TestFluxRendered(t *testing.T) {
 	})
 	applyFluxExample(t, repo.URL, "gitrepository.yaml", "rendered.yaml")
 	t.Cleanup(func() {
-		_, _, _ = kubectlResult(t.Context(), "", "delete", "-n", fluxNS, "kustomizations.kustomize.toolkit.fluxcd.io/rendered-vms", "gitrepositories.source.toolkit.fluxcd.io/vms", "--wait", "--timeout", "4m")
-		_, _, _ = kubectlResult(t.Context(), "", "delete", "namespace", ns, "--wait", "--timeout", "4m")
+		_, _, _ = kubectlResult(context.Background(), "", "delete", "-n", fluxNS, "kustomizations.kustomize.toolkit.fluxcd.io/rendered-vms", "gitrepositories.source.toolkit.fluxcd.io/vms", "--wait", "--timeout", "4m")
+		_, _, _ = kubectlResult(context.Background(), "", "delete", "namespace", ns, "--wait", "--timeout", "4m")
 	})
 	took := waitKustomization(t, "rendered-vms", rev, 4*time.Minute)
 	t.Logf("Kustomization Ready (wait: true, a running and a stopped VM) %v after it was applied", took.Round(time.Second))
@@ -286,8 +287,8 @@ func TestFluxOperator(t *testing.T) {
 	})
 	applyFluxExample(t, repo.URL, "gitrepository.yaml", "virtual-machines.yaml")
 	t.Cleanup(func() {
-		_, _, _ = kubectlResult(t.Context(), "", "delete", "-n", fluxNS, "kustomizations.kustomize.toolkit.fluxcd.io/virtual-machines", "gitrepositories.source.toolkit.fluxcd.io/vms", "--wait", "--timeout", "4m")
-		_, _, _ = kubectlResult(t.Context(), "", "delete", "namespace", ns, "--wait", "--timeout", "4m")
+		_, _, _ = kubectlResult(context.Background(), "", "delete", "-n", fluxNS, "kustomizations.kustomize.toolkit.fluxcd.io/virtual-machines", "gitrepositories.source.toolkit.fluxcd.io/vms", "--wait", "--timeout", "4m")
+		_, _, _ = kubectlResult(context.Background(), "", "delete", "namespace", ns, "--wait", "--timeout", "4m")
 	})
 	took := waitKustomization(t, "virtual-machines", rev, 4*time.Minute)
 	t.Logf("Kustomization Ready (wait: true, a running and a stopped VirtualMachine) %v after it was applied", took.Round(time.Second))

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"os"
@@ -48,7 +49,7 @@ func TestGuestPorts(t *testing.T) {
 	rendered := kubectl(t, "", "vm", "render", "--service-account", install.RunnerServiceAccount, "-f", file)
 	kubectl(t, rendered, "apply", "-f", "-")
 	t.Cleanup(func() {
-		_, _, _ = kubectlResult(t.Context(), rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
+		_, _, _ = kubectlResult(context.Background(), rendered, "delete", "-f", "-", "--wait", "--timeout", "3m")
 	})
 	waitConsole(t, ns, vm, testguest.EchoLine, 4*time.Minute)
 
