@@ -141,7 +141,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured) 
 
 // waitEstablished waits until the API server serves the CRD's resource.
 func (c *Cluster) waitEstablished(ctx context.Context, ref, name string) error {
-	return c.poll(ctx, ref, always("established yet"), func(ctx context.Context) (bool, error) {
+	return c.poll(ctx, ref, always("established yet"), nil, func(ctx context.Context) (bool, error) {
 		crd, err := c.client.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -159,7 +159,11 @@ func (c *Cluster) waitEstablished(ctx context.Context, ref, name string) error {
 // status sees it.
 func (c *Cluster) WaitAvailable(ctx context.Context, namespace string) error {
 	ref := "deployment.apps/" + OperatorName
-	err := c.poll(ctx, ref, always("available yet"), func(ctx context.Context) (bool, error) {
+	var selector *metav1.LabelSelector
+	stuck := func(ctx context.Context) ([]string, error) {
+		return c.stuck(ctx, namespace, selector, "deployment "+OperatorName)
+	}
+	err := c.poll(ctx, ref, always("available yet"), stuck, func(ctx context.Context) (bool, error) {
 		u, err := c.client.Resource(deploymentGVR).Namespace(namespace).Get(ctx, OperatorName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -168,6 +172,7 @@ func (c *Cluster) WaitAvailable(ctx context.Context, namespace string) error {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
 			return false, err
 		}
+		selector = d.Spec.Selector
 		want := ptr.Deref(d.Spec.Replicas, 1)
 		s := d.Status
 		return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want &&
@@ -192,7 +197,13 @@ func (c *Cluster) WaitNodeAgent(ctx context.Context, namespace string) error {
 		}
 		return fmt.Sprintf("ready on every node yet (%d of %d nodes not ready)", notReady(last), last.Status.DesiredNumberScheduled)
 	}
-	err := c.poll(ctx, ref, what, func(ctx context.Context) (bool, error) {
+	stuck := func(ctx context.Context) ([]string, error) {
+		if last == nil {
+			return nil, nil
+		}
+		return c.stuck(ctx, namespace, last.Spec.Selector, "daemonset "+NodeAgentName)
+	}
+	err := c.poll(ctx, ref, what, stuck, func(ctx context.Context) (bool, error) {
 		u, err := c.client.Resource(daemonSetGVR).Namespace(namespace).Get(ctx, NodeAgentName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -227,9 +238,12 @@ func always(what string) func() string { return func() string { return what } }
 
 // poll calls done until it says yes, fails, or ctx ends; an error of the
 // API server ends the wait only when it will not go away by waiting. what
-// says what ref is not when the wait gives up ("available yet").
-func (c *Cluster) poll(ctx context.Context, ref string, what func() string, done func(context.Context) (bool, error)) error {
+// says what ref is not when the wait gives up ("available yet"); while it
+// waits, each new line of stuck (what ref's pods are stuck on) is written
+// at once, and the last ones end the error.
+func (c *Cluster) poll(ctx context.Context, ref string, what func() string, stuck func(context.Context) ([]string, error), done func(context.Context) (bool, error)) error {
 	var last error
+	var said, stuckOn []string
 	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		ok, err := done(ctx)
 		if err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
@@ -237,6 +251,18 @@ func (c *Cluster) poll(ctx context.Context, ref string, what func() string, done
 		}
 		if ctx.Err() == nil { // not the wait's own end
 			last = err
+			if !ok && stuck != nil {
+				// What cannot be read now leaves what was said before.
+				if lines, serr := stuck(ctx); serr == nil {
+					stuckOn = lines
+				}
+				for _, line := range stuckOn {
+					if !slices.Contains(said, line) {
+						said = append(said, line)
+						fmt.Fprintf(c.out, "%s waits: %s\n", ref, line)
+					}
+				}
+			}
 		}
 		return ok, nil
 	})
@@ -245,6 +271,9 @@ func (c *Cluster) poll(ctx context.Context, ref string, what func() string, done
 		return nil
 	case ctx.Err() != nil:
 		msg := fmt.Sprintf("%s is not %s, giving up (see --timeout)", ref, what())
+		if len(stuckOn) > 0 {
+			msg += ": " + strings.Join(stuckOn, "; ")
+		}
 		if last != nil {
 			msg += ": last error: " + last.Error()
 		}

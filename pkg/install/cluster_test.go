@@ -2,6 +2,7 @@ package install_test
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,8 @@ func TestOnAPIServer(t *testing.T) {
 	require.NoError(t, err)
 	_, err = asOperator.RbacV1().RoleBindings(vmNamespace).Create(ctx, rb, metav1.CreateOptions{})
 	require.NoError(t, err)
+
+	t.Run("install --wait says why it waits", func(t *testing.T) { testWaitSaysWhy(t, cs, cluster, &out) })
 
 	t.Run("operator rights", func(t *testing.T) {
 		for _, a := range []struct {
@@ -459,4 +462,72 @@ func impersonate(t *testing.T, admin *rest.Config, user string) kubernetes.Inter
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	return cs
+}
+
+// testWaitSaysWhy: no controller runs here, so the pods and events are
+// made as the kubelet and the DaemonSet and ReplicaSet controllers make
+// them, in their words. Each wait writes what its pods are stuck on as
+// soon as it sees it, and ends with it.
+func testWaitSaysWhy(t *testing.T, cs kubernetes.Interface, cluster *install.Cluster, out *bytes.Buffer) {
+	ctx := t.Context()
+	ns := install.DefaultNamespace
+	ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, install.NodeAgentName, metav1.GetOptions{})
+	require.NoError(t, err)
+	dep, err := cs.AppsV1().Deployments(ns).Get(ctx, install.OperatorName, metav1.GetOptions{})
+	require.NoError(t, err)
+	pod := func(name string, labels map[string]string, account string) *corev1.Pod {
+		p, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: corev1.PodSpec{
+				NodeName: "n1", ServiceAccountName: account, AutomountServiceAccountToken: ptr.To(false),
+				Containers: []corev1.Container{{Name: "c", Image: "example.org/x"}},
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return p
+	}
+	warn := func(name string, obj corev1.ObjectReference, reason, msg string) {
+		_, err := cs.CoreV1().Events(ns).Create(ctx, &corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{Name: name}, InvolvedObject: obj, Type: corev1.EventTypeWarning,
+			Reason: reason, Message: msg, LastTimestamp: metav1.Now(),
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+
+	// The agent's pod cannot mount the kubelet's pod directory: the
+	// kubelet keeps it elsewhere.
+	agent := pod("vm-node-x1", ds.Spec.Selector.MatchLabels, install.NodeAgentName)
+	mount := `MountVolume.SetUp failed for volume "kubelet-pods" : hostPath type check failed: /var/lib/kubelet/pods is not a directory`
+	warn("agent-mount", corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: agent.Name, UID: agent.UID}, "FailedMount", mount)
+	warn("agent-create", corev1.ObjectReference{Kind: "DaemonSet", Namespace: ns, Name: install.NodeAgentName}, "FailedCreate",
+		`pods "vm-node-x2" is forbidden: violates PodSecurity "baseline:latest": privileged`)
+	ctxWait, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	out.Reset()
+	err = cluster.WaitNodeAgent(ctxWait, ns)
+	require.Error(t, err)
+	said := "pod vm-node-x1 on node n1: FailedMount: " + mount +
+		"; if the nodes' kubelet keeps its files elsewhere (its --root-dir), give that directory: kubectl vm install --kubelet-root-dir DIR"
+	require.Contains(t, out.String(), "daemonset.apps/vm-node waits: "+said+"\n")
+	require.Contains(t, out.String(), `daemonset.apps/vm-node waits: daemonset vm-node cannot create its pod: pods "vm-node-x2" is forbidden`)
+	require.Equal(t, 2, strings.Count(out.String(), "\n"), "each line once:\n%s", out)
+	require.Contains(t, err.Error(), "daemonset.apps/vm-node is not ready yet (the DaemonSet controller has not counted its nodes), giving up (see --timeout): ")
+	require.Contains(t, err.Error(), said)
+
+	// The operator's image cannot be pulled.
+	op := pod("vm-operator-x1", dep.Spec.Template.Labels, install.OperatorName)
+	op.Status.Phase = corev1.PodPending
+	op.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "operator", Image: "example.org/x", State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "example.org/x"`},
+	}}}
+	_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, op, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	ctxWait, cancel = context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	out.Reset()
+	err = cluster.WaitAvailable(ctxWait, ns)
+	require.ErrorContains(t, err, `deployment.apps/vm-operator is not available yet, giving up (see --timeout): pod vm-operator-x1 on node n1: container operator: ImagePullBackOff: Back-off pulling image "example.org/x"`)
+	require.Contains(t, out.String(), "deployment.apps/vm-operator waits: pod vm-operator-x1 on node n1: container operator: ImagePullBackOff")
+	require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, op.Name, metav1.DeleteOptions{}))
+	require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, agent.Name, metav1.DeleteOptions{}))
 }

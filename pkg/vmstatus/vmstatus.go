@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -400,19 +401,25 @@ func CreateFailed(events []corev1.Event) (metav1.Condition, bool) {
 // name them in the message ("the runner image X", "the runner's
 // container").
 func waitingFailure(w *corev1.ContainerStateWaiting, image, container string) (metav1.Condition, bool) {
-	if w == nil {
-		return metav1.Condition{}, false
-	}
-	switch w.Reason {
-	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+	switch {
+	case w == nil:
+	case slices.Contains(PullFailures, w.Reason):
 		return Condition(v1.ConditionFailed, true, v1.ReasonImagePull,
 			fmt.Sprintf("The node cannot pull %s (%s): %s", image, w.Reason, w.Message)), true
-	case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+	case slices.Contains(StartFailures, w.Reason):
 		return Condition(v1.ConditionFailed, true, v1.ReasonContainerCreate,
 			fmt.Sprintf("The node cannot start %s (%s): %s", container, w.Reason, w.Message)), true
 	}
 	return metav1.Condition{}, false
 }
+
+// The kubelet's reasons for a waiting container that waiting alone does
+// not start: it cannot pull the image, or cannot create or start the
+// container.
+var (
+	PullFailures  = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+	StartFailures = []string{"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+)
 
 // importing says what the pod's running init container does, "" when
 // none runs: all of them fill disks from their sources before the runner

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -103,6 +104,53 @@ spec:
 	requireEvents(t, ns, "vm/"+vm, "Recovered", "The VM no longer fails")
 	kubectl(t, "", "vm", "stop", "-n", ns, vm, "--wait", "--timeout", "3m")
 	deleteVM(t, ns, vm)
+}
+
+// TestFirstClusterKubeletRootDir: this node's kubelet keeps its files in
+// the harness's directory, not in /var/lib/kubelet. kubectl vm install
+// --wait without --kubelet-root-dir says while it waits, not after its
+// timeout, that the agent's pod cannot mount the kubelet's pod directory,
+// and how to give the right one.
+func TestFirstClusterKubeletRootDir(t *testing.T) {
+	installVmop(t)
+	defer installVmop(t) // the agent as the other tests need it
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cmd := kubectlCmd(ctx, "vm", "install", "--node-agent-only", "--wait", "--timeout", "10m", "--runner-repository", unpullableRepository)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { cancel(); _ = cmd.Wait() }()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var said []string
+	eventually.Within(t, 3*time.Minute, func() string {
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					return "kubectl vm install ended without saying why it waits:\n" + strings.Join(said, "\n")
+				}
+				said = append(said, l)
+				if strings.Contains(l, "hostPath type check failed") {
+					return ""
+				}
+			default:
+				return "kubectl vm install has not said why the agent waits:\n" + strings.Join(said, "\n")
+			}
+		}
+	})
+	last := said[len(said)-1]
+	t.Logf("kubectl vm install --wait, while it waits: %s", last)
+	require.Contains(t, last, "daemonset.apps/vm-node waits: pod vm-node-")
+	require.Contains(t, last, "/var/lib/kubelet/pods is not a directory")
+	require.True(t, strings.HasSuffix(last, "give that directory: kubectl vm install --kubelet-root-dir DIR"), last)
 }
 
 // setDefaultClass marks the node's Filesystem class as the cluster's
