@@ -37,7 +37,7 @@ unit:
 ## Every test, after installing what they need (etcd, the control plane,
 ## kubelet and kwok, qemu, mmdebstrap, containerd, runc, CNI plugins) and
 ## building Argo CD and Flux (first run only, ~13 minutes) and the CSI
-## snapshot controller and sidecars (first run only, ~8 minutes) for the
+## snapshot controller and sidecars (first run only, ~11 minutes) for the
 ## node tests, outside the tests' timeout; a missing one fails its tests.
 ## vet and lint too: hack/test-all.sh runs them and the other packages
 ## beside test/node, the longest.

@@ -16,7 +16,7 @@ export VMOP_KUBE_BIN_DIR
 
 node_log=$(mktemp)
 trap 'rm -f "$node_log"' EXIT
-echo "test/node runs in the background (~30 minutes); its result follows the other packages'"
+echo "test/node runs in the background (~45 minutes); its result follows the other packages'"
 node_pkgs="./test/node ./test/harness/testnode ./test/harness/csidriver"
 # shellcheck disable=SC2086 # several packages
 $GO test -p 1 -count=1 -timeout 70m $node_pkgs >"$node_log" 2>&1 &

@@ -497,7 +497,8 @@ func testWaitSaysWhy(t *testing.T, cs kubernetes.Interface, cluster *install.Clu
 	// The agent's pod cannot mount the kubelet's pod directory: the
 	// kubelet keeps it elsewhere.
 	agent := pod("vm-node-x1", ds.Spec.Selector.MatchLabels, install.NodeAgentName)
-	mount := `MountVolume.SetUp failed for volume "kubelet-pods" : hostPath type check failed: /var/lib/kubelet/pods is not a directory`
+	mount := `MountVolume.SetUp failed for volume "kubelet-pods" : hostPath type check failed, /var/lib/kubelet/pods is not a directory, ` +
+		`unable to determine its type: path "/var/lib/kubelet/pods" does not exist`
 	warn("agent-mount", corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: agent.Name, UID: agent.UID}, "FailedMount", mount)
 	warn("agent-create", corev1.ObjectReference{Kind: "DaemonSet", Namespace: ns, Name: install.NodeAgentName}, "FailedCreate",
 		`pods "vm-node-x2" is forbidden: violates PodSecurity "baseline:latest": privileged`)
