@@ -1,11 +1,11 @@
-# vmop: make build | unit | test | lint | e2e | cluster | kwok-cluster | bench | fuzz | contract | generate | example
+# vmop: make build | unit | test | lint | verify | e2e | cluster | kwok-cluster | bench | fuzz | contract | generate | example
 GO        ?= go
 BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X github.com/vmop/vmop/pkg/version.Version=$(VERSION)
 FUZZTIME  ?= 30s
 
-.PHONY: all build unit test lint e2e cluster kwok-cluster deps bench fuzz contract generate example vet images push-images
+.PHONY: all build unit test lint e2e cluster kwok-cluster deps bench fuzz contract generate verify example vet images push-images
 
 all: build
 
@@ -117,6 +117,17 @@ DIST ?= dist
 .PHONY: krew
 krew:
 	GO=$(GO) KREW_PLATFORMS="$(KREW_PLATFORMS)" hack/krew-dist.sh $(VERSION) $(DIST)
+
+## What is generated or tidied is as it should be: the deep-copy
+## functions regenerated (a stale file is replaced: commit it) and
+## go.mod and go.sum tidy. gofmt and goimports are lint's; make test runs
+## all three.
+verify:
+	@mkdir -p $(BIN) && cp pkg/api/v1/zz_generated.deepcopy.go $(BIN)/zz_generated.deepcopy.go.before
+	$(MAKE) --no-print-directory generate
+	@cmp -s $(BIN)/zz_generated.deepcopy.go.before pkg/api/v1/zz_generated.deepcopy.go || \
+		{ echo "pkg/api/v1/zz_generated.deepcopy.go was stale (the types changed): regenerated, commit it" >&2; exit 1; }
+	$(GO) mod tidy -diff
 
 ## Regenerate deep-copy functions after changing pkg/api/v1 types.
 generate:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test's tests, once make has installed what they need: test/node
 # (the real node, by far the longest package) starts first and runs
-# beside vet, lint and every other package, which go one at a time so
+# beside vet, lint, verify and every other package, which go one at a time so
 # that no more than two test programs share the machine's cores (as
 # go test -p 2 did). The harness's own node tests (testnode, csidriver)
 # follow test/node in the background: they all take the machine's node
@@ -23,14 +23,14 @@ $GO test -p 1 -count=1 -timeout 70m $node_pkgs >"$node_log" 2>&1 &
 node=$!
 
 status=0
-if "$MAKE" --no-print-directory vet lint; then
+if "$MAKE" --no-print-directory vet lint verify; then
 	# shellcheck disable=SC2046 # one argument per package
 	$GO test -p 1 -count=1 -timeout 50m $($GO list ./... | grep -v -e '/test/node$' -e '/test/harness/testnode$' -e '/test/harness/csidriver$') || status=$?
 else
 	status=1
 	# SIGINT, not SIGTERM: the node's harness then undoes its changes
 	# to this host (loop devices, mounts, iptables).
-	echo "vet or lint failed: stopping test/node"
+	echo "vet, lint or verify failed: stopping test/node"
 	pkill -INT -P "$node" || true
 fi
 node_status=0

@@ -11,8 +11,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"github.com/vmop/vmop/test/harness/prereq"
 	"sigs.k8s.io/yaml"
+
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // krewVersion is the krew that TestKrewInstall installs with. It is built

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/test/harness/hostile"
-	"sigs.k8s.io/yaml"
 )
 
 // FuzzRender feeds arbitrary documents to the reader, decoder, validator

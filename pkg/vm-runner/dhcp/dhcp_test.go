@@ -22,6 +22,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/stretchr/testify/require"
+
 	"github.com/vmop/vmop/test/harness/prereq"
 )
 

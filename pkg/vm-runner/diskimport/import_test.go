@@ -21,6 +21,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
 	"github.com/vmop/vmop/test/harness/prereq"
 )
 

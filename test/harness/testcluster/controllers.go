@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmop/vmop/test/harness/freeport"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmop/vmop/test/harness/freeport"
 )
 
 // controllers are the kube-controller-manager controllers a cluster with

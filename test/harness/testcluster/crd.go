@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vmop/vmop/test/harness/eventually"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/yaml"
+
+	"github.com/vmop/vmop/test/harness/eventually"
 )
 
 // InstallCRD creates or updates the CustomResourceDefinition in manifest

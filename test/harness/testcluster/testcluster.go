@@ -25,14 +25,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmop/vmop/test/harness/eventually"
-	"github.com/vmop/vmop/test/harness/freeport"
-	"github.com/vmop/vmop/test/harness/prereq"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // Options tune Start. The zero value works.

@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/vmop/vmop/test/harness/prereq"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 // TestNode runs pods on one node: one with a Block and a Filesystem claim,

@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/vmop/vmop/test/harness/artifact"
 	"github.com/vmop/vmop/test/harness/prereq"
 )

@@ -9,8 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
-	"github.com/vmop/vmop/test/harness/prereq"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/vmop/vmop/test/harness/prereq"
 )
 
 func TestParseArgs(t *testing.T) {
