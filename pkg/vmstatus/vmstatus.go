@@ -239,8 +239,8 @@ func unschedulable(namespace, msg string) metav1.Condition {
 		return Condition(v1.ConditionFailed, true, v1.ReasonNodeAgentMissing, fmt.Sprintf(
 			"No node offers the VM's pod %s, the devices of vmop's node agent (the scheduler: %s). "+
 				"Install the node agent with kubectl vm install (kubectl vm install --node-agent-only where no operator runs, e.g. GitOps), "+
-				"and check that its DaemonSet vm-node in namespace %s is ready on the VM's node: kubectl get daemonset -n %[3]s vm-node",
-			nodeagent.Resource, strings.TrimSpace(msg), nodeAgentNamespace))
+				"and check that its DaemonSet %[4]s in namespace %[3]s is ready on the VM's node: kubectl get daemonset -n %[3]s %[4]s",
+			nodeagent.Resource, strings.TrimSpace(msg), nodeAgentNamespace, nodeAgentDaemonSet))
 	}
 	return Condition(v1.ConditionFailed, true, v1.ReasonUnschedulable, msg)
 }

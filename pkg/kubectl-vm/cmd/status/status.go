@@ -137,6 +137,12 @@ func (o *Options) print(v *View, pvcs []corev1.PersistentVolumeClaim) error {
 	}
 	field("State", string(v.State()))
 	field("Status", withMessage(v.Phase()))
+	switch {
+	case v.NodeAgentErr != nil:
+		field("Node agent", "cannot be read: "+oneLine(v.NodeAgentErr.Error()))
+	case v.NodeAgent != nil:
+		field("Node agent", strings.Join(v.NodeAgent, "; "))
+	}
 	if v.ConfigErr != nil {
 		field("Spec", "cannot be read: "+oneLine(v.ConfigErr.Error()))
 	}

@@ -2,14 +2,20 @@ package status_test
 
 import (
 	"path/filepath"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/status"
 	"github.com/vmop/vmop/test/harness/golden"
 	"github.com/vmop/vmop/test/harness/plugintest"
@@ -74,6 +80,57 @@ func TestStatus(t *testing.T) {
 			require.Empty(t, r.Stdout)
 		})
 	}
+}
+
+// TestNodeAgentStuck: a VM that waits for the node agent shows what
+// the agent's pod is stuck on, in the kubelet's words, and what to do.
+func TestNodeAgentStuck(t *testing.T) {
+	e := vmtest.New(t)
+	ctx := t.Context()
+	const ns = "vmop-system"
+	status := `{"status":{"conditions":[{"type":"Failed","status":"True","reason":"NodeAgentMissing",` +
+		`"message":"No node offers the VM's pod devices.vmop.io/vm.","lastTransitionTime":"` + e.Start.UTC().Format(time.RFC3339) + `"}]}}`
+	_, err := e.Dynamic.Resource(v1.GroupVersionResource).Namespace(vmtest.Namespace).Patch(ctx, vmtest.Stopped, types.MergePatchType, []byte(status), metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+
+	// No agent installed.
+	r := run(t, e, "-n", vmtest.Namespace, vmtest.Stopped)
+	require.NoError(t, r.Err)
+	require.Regexp(t, `(?m)^Node agent:\s+namespace vmop-system has no DaemonSet vm-node: kubectl vm install`, r.Stdout)
+
+	// Installed, its pod stuck.
+	require.NoError(t, e.CreateNamespace(ctx, ns))
+	labels := map[string]string{"app.kubernetes.io/name": "vm-node"}
+	_, err = e.Kube.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm-node"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				// No node here matches: the test makes the pod itself.
+				Spec: corev1.PodSpec{NodeSelector: map[string]string{"none": "none"}, Containers: []corev1.Container{{Name: "agent", Image: "example.org/x"}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod, err := e.Kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm-node-x1", Labels: labels},
+		Spec:       corev1.PodSpec{NodeName: "elsewhere", Containers: []corev1.Container{{Name: "agent", Image: "example.org/x"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	mount := `MountVolume.SetUp failed for volume "kubelet-pods" : hostPath type check failed, /var/lib/kubelet/pods is not a directory`
+	_, err = e.Kube.CoreV1().Events(ns).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "mount"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID},
+		Type:           corev1.EventTypeWarning, Reason: "FailedMount", Message: mount, LastTimestamp: metav1.Now(),
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	r = run(t, e, "-n", vmtest.Namespace, vmtest.Stopped)
+	require.NoError(t, r.Err)
+	require.Regexp(t, `(?m)^Status:\s+NodeAgentMissing: No node offers`, r.Stdout)
+	require.Regexp(t, `(?m)^Node agent:\s+pod vm-node-x1 on node elsewhere: FailedMount: `+regexp.QuoteMeta(mount)+
+		`; if the nodes' kubelet keeps its files elsewhere \(its --root-dir\), give that directory: kubectl vm install --kubelet-root-dir DIR$`, r.Stdout)
+
 }
 
 // TestHelp: the help shows how it is called, with examples.

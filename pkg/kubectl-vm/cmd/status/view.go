@@ -41,6 +41,11 @@ type View struct {
 	// derived are the conditions as the operator derives them from the
 	// pod, for GitOps mode, where no operator writes them.
 	derived vmstatus.Conditions
+	// NodeAgent is, while the VM waits for the node agent
+	// (NodeAgentMissing), what the agent's pods are stuck on, or why that
+	// cannot be read (NodeAgentErr).
+	NodeAgent    []string
+	NodeAgentErr error
 }
 
 // Load finds what a View of vm needs beyond vmclient.Get.
@@ -69,6 +74,12 @@ func Load(ctx context.Context, c *vmclient.Client, vm *vmclient.VM) (*View, erro
 	if f, ok := vmstatus.CreateFailed(v.Events); ok && vm.Mode == vmclient.ModeGitOps && pod == nil && v.State() == v1.StateRunning {
 		// As the operator reads its StatefulSet's events.
 		v.derived.Failed = f
+	}
+	if phase, _ := v.Phase(); phase == v1.ReasonNodeAgentMissing {
+		v.NodeAgent, v.NodeAgentErr = vmstatus.NodeAgentStuck(ctx, c.Kube)
+		if v.NodeAgentErr != nil {
+			v.NodeAgentErr = c.Explain(v.NodeAgentErr)
+		}
 	}
 	return v, nil
 }

@@ -1,0 +1,111 @@
+package vmstatus
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// nodeAgentDaemonSet is the node agent's DaemonSet, in nodeAgentNamespace.
+const nodeAgentDaemonSet = "vm-node"
+
+// hostPathCheck is the kubelet's word for a hostPath volume whose path
+// is not what its type asks: for the node agent, the kubelet's
+// directories where --kubelet-root-dir says they are not.
+const hostPathCheck = "hostPath type check failed"
+
+// PodsStuck says what keeps each of pods (vmop's own: the node agent's,
+// the operator's) from running, one line each, with what to do where vmop
+// knows: a container the node cannot pull or start, a pod no node takes,
+// or the kubelet's last warning about a pending pod (a volume it cannot
+// mount). Nil while nothing is known to be wrong.
+func PodsStuck(pods []corev1.Pod, events []corev1.Event) []string {
+	var lines []string
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		if why := podStuck(pod, events); why != "" {
+			where := "pod " + pod.Name
+			if pod.Spec.NodeName != "" {
+				where += " on node " + pod.Spec.NodeName
+			}
+			lines = append(lines, where+": "+why)
+		}
+	}
+	return lines
+}
+
+// podStuck is what keeps pod from running, "" if nothing is known to.
+func podStuck(pod *corev1.Pod, events []corev1.Event) string {
+	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		w := cs.State.Waiting
+		if w != nil && (slices.Contains(PullFailures, w.Reason) || slices.Contains(StartFailures, w.Reason) || w.Reason == "CrashLoopBackOff") {
+			return fmt.Sprintf("container %s: %s: %s", cs.Name, w.Reason, w.Message)
+		}
+	}
+	if pc := unscheduled(pod); pc != nil {
+		return "no node takes it: " + pc.Message
+	}
+	if pod.Status.Phase != corev1.PodPending {
+		return ""
+	}
+	e := LatestWarning(events, func(e *corev1.Event) bool {
+		return e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.UID == pod.UID
+	})
+	if e == nil {
+		return ""
+	}
+	why := e.Reason + ": " + e.Message
+	if strings.Contains(e.Message, hostPathCheck) {
+		why += "; if the nodes' kubelet keeps its files elsewhere (its --root-dir), give that directory: kubectl vm install --kubelet-root-dir DIR"
+	}
+	return why
+}
+
+// LatestWarning is the last seen of events' warnings that match, or nil.
+func LatestWarning(events []corev1.Event, match func(*corev1.Event) bool) *corev1.Event {
+	var latest *corev1.Event
+	for i := range events {
+		e := &events[i]
+		if e.Type == corev1.EventTypeWarning && match(e) && (latest == nil || LastSeen(e).After(LastSeen(latest))) {
+			latest = e
+		}
+	}
+	return latest
+}
+
+// NodeAgentStuck says what keeps the node agent's pods from running
+// (PodsStuck), read from its DaemonSet's namespace: why a VM waits for
+// the agent (NodeAgentMissing). Reading that namespace is an
+// administrator's right; the error says so.
+func NodeAgentStuck(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
+	ds, err := kube.AppsV1().DaemonSets(nodeAgentNamespace).Get(ctx, nodeAgentDaemonSet, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return []string{fmt.Sprintf("namespace %s has no DaemonSet %s: kubectl vm install (--node-agent-only where no operator runs) installs it",
+			nodeAgentNamespace, nodeAgentDaemonSet)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := kube.CoreV1().Pods(nodeAgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, err
+	}
+	events, err := kube.CoreV1().Events(nodeAgentNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return PodsStuck(pods.Items, events.Items), nil
+}
