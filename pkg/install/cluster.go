@@ -23,9 +23,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/utils/ptr"
+
+	"github.com/vmop/vmop/pkg/vmstatus"
 )
 
 // FieldManager owns the fields that install applies.
@@ -46,6 +49,7 @@ var (
 // object as kubectl does.
 type Cluster struct {
 	client dynamic.Interface
+	kube   kubernetes.Interface
 	mapper meta.RESTMapper
 	out    io.Writer
 }
@@ -78,7 +82,11 @@ func Connect(config *rest.Config, mapper meta.RESTMapper, out io.Writer) (*Clust
 		}
 		return nil, fmt.Errorf("cannot reach the Kubernetes API server at %s: %w", config.Host, err)
 	}
-	return &Cluster{client: client, mapper: mapper, out: out}, nil
+	kube, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{client: client, kube: kube, mapper: mapper, out: out}, nil
 }
 
 // Apply applies objs in order, server-side and taking over fields that
@@ -161,7 +169,7 @@ func (c *Cluster) WaitAvailable(ctx context.Context, namespace string) error {
 	ref := "deployment.apps/" + OperatorName
 	var selector *metav1.LabelSelector
 	stuck := func(ctx context.Context) ([]string, error) {
-		return c.stuck(ctx, namespace, selector, "deployment "+OperatorName)
+		return vmstatus.WorkloadStuck(ctx, c.kube, namespace, "Deployment", OperatorName, selector)
 	}
 	err := c.poll(ctx, ref, always("available yet"), stuck, func(ctx context.Context) (bool, error) {
 		u, err := c.client.Resource(deploymentGVR).Namespace(namespace).Get(ctx, OperatorName, metav1.GetOptions{})
@@ -201,7 +209,7 @@ func (c *Cluster) WaitNodeAgent(ctx context.Context, namespace string) error {
 		if last == nil {
 			return nil, nil
 		}
-		return c.stuck(ctx, namespace, last.Spec.Selector, "daemonset "+NodeAgentName)
+		return vmstatus.WorkloadStuck(ctx, c.kube, namespace, "DaemonSet", NodeAgentName, last.Spec.Selector)
 	}
 	err := c.poll(ctx, ref, what, stuck, func(ctx context.Context) (bool, error) {
 		u, err := c.client.Resource(daemonSetGVR).Namespace(namespace).Get(ctx, NodeAgentName, metav1.GetOptions{})

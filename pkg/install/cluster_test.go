@@ -523,12 +523,18 @@ func testWaitSaysWhy(t *testing.T, cs kubernetes.Interface, cluster *install.Clu
 	}}}
 	_, err = cs.CoreV1().Pods(ns).UpdateStatus(ctx, op, metav1.UpdateOptions{})
 	require.NoError(t, err)
+	// A Deployment's ReplicaSet reports the pods it cannot create.
+	warn("operator-create", corev1.ObjectReference{Kind: "ReplicaSet", Namespace: ns, Name: install.OperatorName + "-5bcbbbbd5c"}, "FailedCreate",
+		`pods "vm-operator-5bcbbbbd5c-x2" is forbidden: exceeded quota`)
 	ctxWait, cancel = context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	out.Reset()
 	err = cluster.WaitAvailable(ctxWait, ns)
-	require.ErrorContains(t, err, `deployment.apps/vm-operator is not available yet, giving up (see --timeout): pod vm-operator-x1 on node n1: container operator: ImagePullBackOff: Back-off pulling image "example.org/x"`)
+	require.ErrorContains(t, err, `deployment.apps/vm-operator is not available yet, giving up (see --timeout): `+
+		`deployment vm-operator cannot create its pod: pods "vm-operator-5bcbbbbd5c-x2" is forbidden: exceeded quota; `+
+		`pod vm-operator-x1 on node n1: container operator: ImagePullBackOff: Back-off pulling image "example.org/x"`)
 	require.Contains(t, out.String(), "deployment.apps/vm-operator waits: pod vm-operator-x1 on node n1: container operator: ImagePullBackOff")
+	require.Contains(t, out.String(), `deployment.apps/vm-operator waits: deployment vm-operator cannot create its pod: pods "vm-operator-5bcbbbbd5c-x2" is forbidden: exceeded quota`)
 	require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, op.Name, metav1.DeleteOptions{}))
 	require.NoError(t, cs.CoreV1().Pods(ns).Delete(ctx, agent.Name, metav1.DeleteOptions{}))
 }

@@ -83,7 +83,7 @@ func LatestWarning(events []corev1.Event, match func(*corev1.Event) bool) *corev
 }
 
 // NodeAgentStuck says what keeps the node agent's pods from running
-// (PodsStuck), read from its DaemonSet's namespace: why a VM waits for
+// (WorkloadStuck), read from its DaemonSet's namespace: why a VM waits for
 // the agent (NodeAgentMissing). Reading that namespace is an
 // administrator's right; the error says so.
 func NodeAgentStuck(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
@@ -95,17 +95,37 @@ func NodeAgentStuck(ctx context.Context, kube kubernetes.Interface) ([]string, e
 	if err != nil {
 		return nil, err
 	}
-	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	return WorkloadStuck(ctx, kube, nodeAgentNamespace, "DaemonSet", nodeAgentDaemonSet, ds.Spec.Selector)
+}
+
+// WorkloadStuck says what keeps the pods of a workload of vmop's (a
+// DaemonSet or a Deployment called name in namespace, its pods those
+// selector picks) from running, one line each: a pod its controller
+// cannot create (a Deployment's ReplicaSets report it), and PodsStuck.
+// None while nothing is known to be wrong.
+func WorkloadStuck(ctx context.Context, kube kubernetes.Interface, namespace, kind, name string, selector *metav1.LabelSelector) ([]string, error) {
+	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
 		return nil, err
 	}
-	pods, err := kube.CoreV1().Pods(nodeAgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	pods, err := kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
 		return nil, err
 	}
-	events, err := kube.CoreV1().Events(nodeAgentNamespace).List(ctx, metav1.ListOptions{})
+	events, err := kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return PodsStuck(pods.Items, events.Items), nil
+	creator := kind
+	if kind == "Deployment" {
+		creator = "ReplicaSet"
+	}
+	var lines []string
+	if e := LatestWarning(events.Items, func(e *corev1.Event) bool {
+		o := e.InvolvedObject
+		return e.Reason == EventFailedCreate && o.Kind == creator && (o.Name == name || strings.HasPrefix(o.Name, name+"-"))
+	}); e != nil {
+		lines = append(lines, fmt.Sprintf("%s %s cannot create its pod: %s", strings.ToLower(kind), name, e.Message))
+	}
+	return append(lines, PodsStuck(pods.Items, events.Items)...), nil
 }
