@@ -25,8 +25,8 @@ var Files = []string{"/etc/machine-id", "/var/lib/dbus/machine-id"}
 // Changed is a file given a new machine id: on the disk's partition
 // (0: the disk holds a file system without a partition table).
 type Changed struct {
-	Partition int    `json:"partition"`
-	File      string `json:"file"`
+	Partition int
+	File      string
 }
 
 func (c Changed) String() string {

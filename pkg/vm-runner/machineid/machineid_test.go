@@ -23,14 +23,14 @@ func TestRenew(t *testing.T) {
 	prereq.Commands(t, "e2fsprogs", "mkfs.ext4", "debugfs", "e2fsck")
 	prereq.Commands(t, "fdisk", "sfdisk")
 	for _, tc := range []struct {
-		name    string
-		offset  int64 // of the file system; 0: no partition table
-		dbus    string
-		changed []Changed
+		name        string
+		partitioned bool // else the file system is the whole disk
+		dbus        string
+		changed     []Changed
 	}{
-		{"partition, D-Bus id a link", 1 << 20, "link", []Changed{{2, Files[0]}}},
-		{"whole disk, D-Bus id a copy", 0, "copy", []Changed{{0, Files[0]}, {0, Files[1]}}},
-		{"no id yet", 0, "", nil},
+		{"partition, D-Bus id a link", true, "link", []Changed{{2, Files[0]}}},
+		{"whole disk, D-Bus id a copy", false, "copy", []Changed{{0, Files[0]}, {0, Files[1]}}},
+		{"no id yet", false, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -48,16 +48,16 @@ func TestRenew(t *testing.T) {
 				require.NoError(t, os.WriteFile(filepath.Join(root, "var/lib/dbus/machine-id"), []byte(oldID), 0o444))
 			}
 			img := filepath.Join(t.TempDir(), "disk.img")
-			fs := img
-			if tc.offset > 0 {
+			fs, offset := img, 0
+			if tc.partitioned {
 				require.NoError(t, os.WriteFile(img, nil, 0o644))
 				require.NoError(t, os.Truncate(img, 64<<20))
 				// An EFI system partition first, as a guest has it.
 				run(t, "label: gpt\nstart=2048, size=8192, type=U\nstart=10240, type=L\n", "sfdisk", "--quiet", img)
-				tc.offset = 10240 * 512
-				fs = fmt.Sprintf("%s?offset=%d", img, tc.offset)
+				offset = 10240 * 512
+				fs = fmt.Sprintf("%s?offset=%d", img, offset)
 			}
-			run(t, "", "mkfs.ext4", "-q", "-E", fmt.Sprintf("offset=%d", tc.offset), "-d", root, img, "48M")
+			run(t, "", "mkfs.ext4", "-q", "-E", fmt.Sprintf("offset=%d", offset), "-d", root, img, "48M")
 			changed, err := Renew(img)
 			require.NoError(t, err)
 			require.Equal(t, tc.changed, changed)

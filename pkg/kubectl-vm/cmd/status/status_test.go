@@ -130,7 +130,6 @@ func TestNodeAgentStuck(t *testing.T) {
 	require.Regexp(t, `(?m)^Status:\s+NodeAgentMissing: No node offers`, r.Stdout)
 	require.Regexp(t, `(?m)^Node agent:\s+pod vm-node-x1 on node elsewhere: FailedMount: `+regexp.QuoteMeta(mount)+
 		`; if the nodes' kubelet keeps its files elsewhere \(its --root-dir\), give that directory: kubectl vm install --kubelet-root-dir DIR$`, r.Stdout)
-
 }
 
 // TestHelp: the help shows how it is called, with examples.
