@@ -9,8 +9,9 @@ FUZZTIME  ?= 30s
 
 all: build
 
+# -tags: imagebuild.Tags (internal/imagebuild), as the images build them.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	$(GO) build -tags grpcnotrace -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 ## vm-runner, vm-operator and kubectl-vm images as OCI archives in
 ## dist/images, tagged VERSION (no container engine needed).

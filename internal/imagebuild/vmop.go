@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // Options say what to build.
@@ -78,7 +78,7 @@ var images = []image{
 			}
 			return DirLayer(work, o.RunnerRoot, o.Created)
 		},
-		dirs: []string{runnerconfig.ConfigDir, runnerconfig.DataDir, runnerconfig.ImageRepositoryDir},
+		dirs: []string{vmpod.ConfigDir, vmpod.DataDir, vmpod.ImageRepositoryDir},
 	},
 	{
 		name: version.OperatorImage, pkg: "./cmd/vm-operator", at: "vm-operator", user: nonRoot,
@@ -255,12 +255,17 @@ func inWork(o Options, build func(work string) error) error {
 	return build(work)
 }
 
+// Tags are the build tags of vmop's binaries: grpcnotrace leaves
+// grpc's request tracing (golang.org/x/net/trace, and html/template with
+// it) out of vm-node, a fifth of its size, which is most of its memory.
+const Tags = "grpcnotrace"
+
 // goBuild builds the main package pkg statically for linux/amd64 into
 // work and returns its path. -trimpath and the commit's build info make it
 // the same on every machine.
 func goBuild(module, v, pkg, work string) (string, error) {
 	out := filepath.Join(work, path.Base(pkg))
-	cmd := exec.Command("go", "build", "-trimpath",
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", Tags,
 		"-ldflags", "-s -w -X github.com/vmop/vmop/pkg/version.Version="+v,
 		"-o", out, pkg)
 	cmd.Dir = module

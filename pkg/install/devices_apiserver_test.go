@@ -22,6 +22,7 @@ import (
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -138,7 +139,7 @@ func TestDevicesOnAPIServer(t *testing.T) {
 			p.Spec.InitContainers[0].Resources = corev1.ResourceRequirements{Limits: devices}
 		}, notRunner},
 		"no labels":       {func(p *corev1.Pod) { p.Labels = nil }, notVM},
-		"another manager": {func(p *corev1.Pod) { p.Labels[render.LabelManagedBy] = "me" }, notVM},
+		"another manager": {func(p *corev1.Pod) { p.Labels[vmpod.LabelManagedBy] = "me" }, notVM},
 	} {
 		pod := rendered("", render.Options{})
 		c.change(pod)

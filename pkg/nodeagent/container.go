@@ -3,7 +3,7 @@ package nodeagent
 import (
 	"path"
 
-	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // Container is a container that asks the agent, as vmop makes it, as far
@@ -18,7 +18,7 @@ type Container struct {
 	// entrypoint (vm-runner).
 	Command, Args []string
 	// Scratch is whether the container may mount an emptyDir at
-	// runnerconfig.ImportScratchDir, where it stages images. The import
+	// vmpod.ImportScratchDir, where it stages images. The import
 	// shares it with the containerDisk fetchers, which write data there
 	// (an image), never a program the import runs.
 	Scratch bool
@@ -56,10 +56,10 @@ const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 // a library or the qemu templates of the image.
 func MountAllowed(dir string) bool {
 	switch path.Clean(dir) {
-	case Dir, runnerconfig.ConfigDir, runnerconfig.DataDir, runnerconfig.ImageRepositoryDir,
-		runnerconfig.ImportScratchDir, ServiceAccountDir:
+	case Dir, vmpod.ConfigDir, vmpod.DataDir, vmpod.ImageRepositoryDir,
+		vmpod.ImportScratchDir, ServiceAccountDir:
 		return true
 	}
 	// A disk on a Filesystem claim: one directory per disk.
-	return path.Dir(path.Clean(dir)) == runnerconfig.DiskFilesDir
+	return path.Dir(path.Clean(dir)) == vmpod.DiskFilesDir
 }

@@ -31,22 +31,11 @@ import (
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
-// Labels and annotations on what is rendered.
+// Annotations on what is rendered.
 const (
-	LabelName      = "app.kubernetes.io/name"
-	LabelInstance  = "app.kubernetes.io/instance"
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	LabelComponent = "app.kubernetes.io/component"
-
-	NameRunner      = "vm-runner"
-	ManagedBy       = "vm-operator"
-	ComponentRunner = "vm-runner"
-	// ComponentDisplaySecret marks the Secret that holds a VM's display
-	// password (VM-Operator's convention).
-	ComponentDisplaySecret = "display-secret"
-
 	// AnnotationHash carries a hash of what an object is rendered from, so
 	// that a caller can skip a write when the object in the cluster has the
 	// same. Each object has its own: a live change (currentCpus, currentRam,
@@ -75,7 +64,7 @@ const (
 	VolumeConfig          = "config"
 	VolumeImportScratch   = "import-scratch"
 	VolumeImportBin       = "import-bin"
-	VolumeRunnerData      = runnerconfig.DataVolume
+	VolumeRunnerData      = vmpod.DataVolume
 	VolumeImageRepository = "image-repository"
 	PortSpice             = "spice"
 	// ImageRepositoryClaim is the shared PVC with CD images, as in VM-Operator.
@@ -237,7 +226,7 @@ func (r *renderer) render() (*Objects, error) {
 		return nil, err
 	}
 	setHash(objs.StatefulSet, stsHash)
-	setHash(cm, hashOf([]byte(cm.Namespace), []byte(cm.Name), []byte(cm.Data[runnerconfig.ConfigFile])))
+	setHash(cm, hashOf([]byte(cm.Namespace), []byte(cm.Name), []byte(cm.Data[vmpod.ConfigFile])))
 	if secret != nil {
 		parts := [][]byte{[]byte(secret.Namespace), []byte(secret.Name)}
 		for _, k := range cloudInitFiles {
@@ -280,13 +269,13 @@ func setHash(o metav1.Object, hash string) {
 
 // Labels returns the labels that mark every object of the VM.
 func Labels(vm string) map[string]string {
-	return map[string]string{LabelName: NameRunner, LabelInstance: vm, LabelManagedBy: ManagedBy}
+	return map[string]string{vmpod.LabelName: vmpod.NameRunner, vmpod.LabelInstance: vm, vmpod.LabelManagedBy: vmpod.ManagedBy}
 }
 
 // SelectorLabels select the VM's pod. They never change, since a
 // StatefulSet's selector is immutable.
 func SelectorLabels(vm string) map[string]string {
-	return map[string]string{LabelName: NameRunner, LabelInstance: vm}
+	return map[string]string{vmpod.LabelName: vmpod.NameRunner, vmpod.LabelInstance: vm}
 }
 
 // CloudInitSecretName is the name of the VM's cloud-init Secret.
@@ -296,7 +285,7 @@ func CloudInitSecretName(vm string) string { return vm + "-cloud-init" }
 // render never makes: the operator or the console command does.
 func DisplaySecretLabels(vm string) map[string]string {
 	l := Labels(vm)
-	l[LabelComponent] = ComponentDisplaySecret
+	l[vmpod.LabelComponent] = vmpod.ComponentDisplaySecret
 	return l
 }
 
@@ -322,14 +311,14 @@ func (r *renderer) configMap() (*corev1.ConfigMap, error) {
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: r.meta(r.vm.Name),
-		Data:       map[string]string{runnerconfig.ConfigFile: string(data)},
+		Data:       map[string]string{vmpod.ConfigFile: string(data)},
 	}, nil
 }
 
 func (r *renderer) runnerConfig() *runnerconfig.File {
 	s, v := &r.vm.Spec, &r.vm.Spec.VM
 	c := runnerconfig.Config{
-		DataDir:            runnerconfig.DataDir,
+		DataDir:            vmpod.DataDir,
 		GuestShutdownStops: s.GuestShutdownStops,
 		ResetCounter:       r.annotations.resetCounter,
 		VM: runnerconfig.VM{
@@ -380,7 +369,7 @@ func (r *renderer) runnerConfig() *runnerconfig.File {
 				dr.Source = &runnerconfig.DriveSource{URL: src.URL, ContainerDisk: src.ContainerDisk, Checksum: src.Checksum}
 				switch {
 				case src.File != "":
-					dr.Source.File = path.Join(runnerconfig.ImageRepositoryDir, src.File)
+					dr.Source.File = path.Join(vmpod.ImageRepositoryDir, src.File)
 				case src.ContainerDisk != "":
 					dr.Source.File = runnerconfig.ContainerDiskFile(v.DiskName(i))
 				}
@@ -424,7 +413,7 @@ func CDROMFile(image string) string {
 	if image == "" || strings.Contains(image, "://") || path.IsAbs(image) {
 		return image
 	}
-	return path.Join(runnerconfig.ImageRepositoryDir, image)
+	return path.Join(vmpod.ImageRepositoryDir, image)
 }
 
 // cloudInitFiles are the NoCloud files, in the order they are projected.
@@ -471,7 +460,7 @@ func (r *renderer) statefulSet(cloudInit *corev1.Secret, restartHash string) *ap
 		replicas = 1
 	}
 	podLabels := Labels(vm.Name)
-	podLabels[LabelComponent] = ComponentRunner
+	podLabels[vmpod.LabelComponent] = vmpod.ComponentRunner
 	pod := corev1.PodSpec{
 		TerminationGracePeriodSeconds: ptr.To(*v.PowerdownTimeout + graceMargin),
 		EnableServiceLinks:            ptr.To(false),
@@ -559,12 +548,12 @@ func (r *renderer) container() corev1.Container {
 			TerminationGracePeriodSeconds: ptr.To[int64](10),
 		},
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: VolumeConfig, MountPath: runnerconfig.ConfigDir, ReadOnly: true},
-			{Name: VolumeRunnerData, MountPath: runnerconfig.DataDir},
+			{Name: VolumeConfig, MountPath: vmpod.ConfigDir, ReadOnly: true},
+			{Name: VolumeRunnerData, MountPath: vmpod.DataDir},
 		},
 	}
 	if usesImageRepository(v) {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeImageRepository, MountPath: runnerconfig.ImageRepositoryDir, ReadOnly: true})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeImageRepository, MountPath: vmpod.ImageRepositoryDir, ReadOnly: true})
 	}
 	for i, d := range v.Disks {
 		if d.VolumeClaimTemplate != nil {
@@ -686,9 +675,9 @@ func (r *renderer) importer() *corev1.Container {
 		// Its last words (the disk and the cause) reach the VM's status.
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: VolumeConfig, MountPath: runnerconfig.ConfigDir, ReadOnly: true},
-			{Name: VolumeRunnerData, MountPath: runnerconfig.DataDir},
-			{Name: VolumeImportScratch, MountPath: runnerconfig.ImportScratchDir},
+			{Name: VolumeConfig, MountPath: vmpod.ConfigDir, ReadOnly: true},
+			{Name: VolumeRunnerData, MountPath: vmpod.DataDir},
+			{Name: VolumeImportScratch, MountPath: vmpod.ImportScratchDir},
 		},
 	}
 	filled := 0
@@ -702,7 +691,7 @@ func (r *renderer) importer() *corev1.Container {
 		return nil
 	}
 	if usesImageRepository(v) {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeImageRepository, MountPath: runnerconfig.ImageRepositoryDir, ReadOnly: true})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: VolumeImageRepository, MountPath: vmpod.ImageRepositoryDir, ReadOnly: true})
 	}
 	return &c
 }
@@ -715,7 +704,7 @@ func (r *renderer) importer() *corev1.Container {
 // The node pulls the disk's image as any other, with its pull secrets.
 func (r *renderer) fetchers() []corev1.Container {
 	s, v := &r.vm.Spec, &r.vm.Spec.VM
-	bin := path.Join(runnerconfig.ImportBinDir, "vm-runner")
+	bin := path.Join(vmpod.ImportBinDir, "vm-runner")
 	var cs []corev1.Container
 	for i, d := range v.Disks {
 		if d.Source == nil || d.Source.ContainerDisk == "" || d.VolumeClaimTemplate == nil {
@@ -728,7 +717,7 @@ func (r *renderer) fetchers() []corev1.Container {
 				ImagePullPolicy:          s.Image.PullPolicy,
 				Args:                     []string{"copy-self", bin},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-				VolumeMounts:             []corev1.VolumeMount{{Name: VolumeImportBin, MountPath: runnerconfig.ImportBinDir}},
+				VolumeMounts:             []corev1.VolumeMount{{Name: VolumeImportBin, MountPath: vmpod.ImportBinDir}},
 			})
 		}
 		name := v.DiskName(i)
@@ -736,12 +725,12 @@ func (r *renderer) fetchers() []corev1.Container {
 			Name:  ContainerFetch + strconv.Itoa(i),
 			Image: d.Source.ContainerDisk,
 			Command: []string{bin, "disk", "fetch", "--disk", name, "--to", runnerconfig.ContainerDiskFile(name),
-				"--records", runnerconfig.ImportRecords(runnerconfig.DataDir)},
+				"--records", runnerconfig.ImportRecords(vmpod.DataDir)},
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			VolumeMounts: []corev1.VolumeMount{
-				{Name: VolumeImportBin, MountPath: runnerconfig.ImportBinDir, ReadOnly: true},
-				{Name: VolumeRunnerData, MountPath: runnerconfig.DataDir, ReadOnly: true},
-				{Name: VolumeImportScratch, MountPath: runnerconfig.ImportScratchDir},
+				{Name: VolumeImportBin, MountPath: vmpod.ImportBinDir, ReadOnly: true},
+				{Name: VolumeRunnerData, MountPath: vmpod.DataDir, ReadOnly: true},
+				{Name: VolumeImportScratch, MountPath: vmpod.ImportScratchDir},
 			},
 		})
 	}
@@ -809,13 +798,13 @@ func (r *renderer) volumes(cloudInit *corev1.Secret) []corev1.Volume {
 	sources := []corev1.VolumeProjection{
 		{ConfigMap: &corev1.ConfigMapProjection{
 			LocalObjectReference: corev1.LocalObjectReference{Name: vm.Name},
-			Items:                []corev1.KeyToPath{{Key: runnerconfig.ConfigFile, Path: runnerconfig.ConfigFile}},
+			Items:                []corev1.KeyToPath{{Key: vmpod.ConfigFile, Path: vmpod.ConfigFile}},
 		}},
 		{Secret: &corev1.SecretProjection{
 			LocalObjectReference: corev1.LocalObjectReference{Name: display},
 			Items: []corev1.KeyToPath{
-				{Key: runnerconfig.DisplayPasswordFile, Path: runnerconfig.DisplayPasswordFile},
-				{Key: runnerconfig.PasswordExpiryFile, Path: runnerconfig.PasswordExpiryFile},
+				{Key: vmpod.DisplayPasswordFile, Path: vmpod.DisplayPasswordFile},
+				{Key: vmpod.PasswordExpiryFile, Path: vmpod.PasswordExpiryFile},
 			},
 			Optional: ptr.To(true),
 		}},
@@ -824,7 +813,7 @@ func (r *renderer) volumes(cloudInit *corev1.Secret) []corev1.Volume {
 		p := &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: cloudInit.Name}}
 		for _, k := range cloudInitFiles {
 			if _, ok := cloudInit.Data[k]; ok {
-				p.Items = append(p.Items, corev1.KeyToPath{Key: k, Path: runnerconfig.CloudInitDir + "/" + k})
+				p.Items = append(p.Items, corev1.KeyToPath{Key: k, Path: vmpod.CloudInitDir + "/" + k})
 			}
 		}
 		sources = append(sources, corev1.VolumeProjection{Secret: p})

@@ -18,6 +18,7 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // TestDeterministic renders every valid golden case repeatedly, also from
@@ -193,7 +194,7 @@ func TestResetCounter(t *testing.T) {
 	}
 	objs, err := render1("7")
 	require.NoError(t, err)
-	c, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[runnerconfig.ConfigFile]))
+	c, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[vmpod.ConfigFile]))
 	require.NoError(t, err)
 	require.EqualValues(t, 7, c.ResetCounter)
 

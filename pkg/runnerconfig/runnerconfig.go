@@ -12,43 +12,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
-)
 
-// Paths inside the runner's pod.
-const (
-	ConfigDir    = "/etc/opt/vmrunner"
-	ConfigFile   = "config.yaml"
-	CloudInitDir = "cloud-init"
-	DataDir      = "/var/local/vm-data"
-	// DataVolume names the claim template of DataDir's volume: the pod's
-	// claim is DataVolume-<pod>.
-	DataVolume = "runner-data"
-	// ImageRepositoryDir holds CD images named by a relative path.
-	ImageRepositoryDir = "/var/local/vmop-image-repository"
-	// ImportScratchDir is where an import stages its source (an emptyDir
-	// of the pod: never the container's root file system).
-	ImportScratchDir = "/var/local/vmop-import"
-	// ImportBinDir holds a copy of vm-runner (static) for the init
-	// containers that run in a containerDisk's image, which has no
-	// program of its own.
-	ImportBinDir = "/var/local/vmop-bin"
-	// ContainerDiskDir is where a containerDisk image keeps its disk.
-	ContainerDiskDir = "/disk"
-	// ImportRecordDir, under the data directory (the VM's runner-data
-	// claim), records the disks filled from an image: they are never
-	// filled again.
-	ImportRecordDir = "disk-imports"
-	// DiskFilesDir holds the Filesystem claims of the VM's disks, one
-	// directory each, named after the disk's volume, with the disk in
-	// DiskFileName.
-	DiskFilesDir = "/var/local/vmop-disks"
-	// DiskFileName is a disk's raw image file on a Filesystem claim
-	// (KubeVirt's name, so that a claim moves between the two).
-	DiskFileName = "disk.img"
-	// DisplayPasswordFile and PasswordExpiryFile come from the display
-	// Secret's keys of the same names.
-	DisplayPasswordFile = "display-password"
-	PasswordExpiryFile  = "password-expiry"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // File is the whole config file.
@@ -195,7 +160,7 @@ type Drive struct {
 }
 
 // ImportRecords is the directory of the import records under dataDir.
-func ImportRecords(dataDir string) string { return path.Join(dataDir, ImportRecordDir) }
+func ImportRecords(dataDir string) string { return path.Join(dataDir, vmpod.ImportRecordDir) }
 
 // RecordName names the drive's disk in the import records: its volume
 // name, as kubectl vm disk upload names it too. Render puts a Block
@@ -209,7 +174,7 @@ func (d Drive) RecordName() string {
 
 // DiskFile is where a pod has the image file of the disk whose
 // Filesystem volume is called volume.
-func DiskFile(volume string) string { return path.Join(DiskFilesDir, volume, DiskFileName) }
+func DiskFile(volume string) string { return path.Join(vmpod.DiskFilesDir, volume, vmpod.DiskFileName) }
 
 // DriveSource is an image to import: URL (http or https) or File (a path
 // in the runner's file system), and its "sha256:<hex>" or "sha512:<hex>"
@@ -226,7 +191,7 @@ type DriveSource struct {
 // ContainerDiskFile is where the containerDisk of the disk whose volume is
 // called volume is put for the import.
 func ContainerDiskFile(volume string) string {
-	return path.Join(ImportScratchDir, volume+".containerdisk")
+	return path.Join(vmpod.ImportScratchDir, volume+".containerdisk")
 }
 
 // Display holds the graphical outputs.

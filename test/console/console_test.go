@@ -39,6 +39,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/reporter"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/templates"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/freeport"
@@ -158,7 +159,7 @@ func (e *env) createDisplaySecret(name string) {
 	lbl := render.DisplaySecretLabels(name)
 	_, err := e.kube.CoreV1().Secrets(ns).Create(e.t.Context(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: render.DisplaySecretName(name), Namespace: ns, Labels: lbl},
-		StringData: map[string]string{runnerconfig.DisplayPasswordFile: "initial", runnerconfig.PasswordExpiryFile: "now"},
+		StringData: map[string]string{vmpod.DisplayPasswordFile: "initial", vmpod.PasswordExpiryFile: "now"},
 	}, metav1.CreateOptions{})
 	require.NoError(e.t, err)
 }
@@ -170,7 +171,7 @@ func (e *env) syncSecret(name, dir string) {
 	ctx := e.t.Context()
 	secrets := e.kube.CoreV1().Secrets(ns)
 	copyFiles := func(s *corev1.Secret) {
-		for _, key := range []string{runnerconfig.DisplayPasswordFile, runnerconfig.PasswordExpiryFile} {
+		for _, key := range []string{vmpod.DisplayPasswordFile, vmpod.PasswordExpiryFile} {
 			tmp := filepath.Join(dir, "."+key+".tmp")
 			require.NoError(e.t, os.WriteFile(tmp, s.Data[key], 0o600))
 			require.NoError(e.t, os.Rename(tmp, filepath.Join(dir, key)))
@@ -206,13 +207,13 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 	require.NoError(t, os.MkdirAll(etc, 0o755))
 	require.NoError(t, os.MkdirAll(tmplDir, 0o755))
 
-	f, err := runnerconfig.Decode([]byte(objs.ConfigMap.Data[runnerconfig.ConfigFile]))
+	f, err := runnerconfig.Decode([]byte(objs.ConfigMap.Data[vmpod.ConfigFile]))
 	require.NoError(t, err)
 	f.Runner.DataDir, f.Runner.RuntimeDir = filepath.Join(dir, "data"), filepath.Join(dir, "run")
 	f.Runner.VM.Accelerator = "tcg"
 	cfg, err := manifest.Marshal(f)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(etc, runnerconfig.ConfigFile), cfg, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(etc, vmpod.ConfigFile), cfg, 0o644))
 	std, _, err := templates.Read(templates.Standard)
 	require.NoError(t, err)
 	args := testguest.Build(t).QemuArgs()
@@ -229,7 +230,7 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 	reporter, err := reporter.New(e.c.Config, ns, vm.Name, log)
 	require.NoError(t, err)
 	r, err := runner.New(runner.Options{
-		ConfigFile:   filepath.Join(etc, runnerconfig.ConfigFile),
+		ConfigFile:   filepath.Join(etc, vmpod.ConfigFile),
 		TemplateDirs: []string{tmplDir},
 		Logger:       log,
 		Reporter:     reporter,
@@ -311,8 +312,8 @@ func TestConsole(t *testing.T) {
 		require.Greater(t, e.passwordSerial(t, vm.Name), before, "the command waited for the runner")
 		s, err := e.kube.CoreV1().Secrets(ns).Get(ctx, render.DisplaySecretName(vm.Name), metav1.GetOptions{})
 		require.NoError(t, err)
-		require.Equal(t, password, string(s.Data[runnerconfig.DisplayPasswordFile]))
-		require.Equal(t, "+3", string(s.Data[runnerconfig.PasswordExpiryFile]))
+		require.Equal(t, password, string(s.Data[vmpod.DisplayPasswordFile]))
+		require.Equal(t, "+3", string(s.Data[vmpod.PasswordExpiryFile]))
 
 		ok, err := spicetest.Login(ctx, spice, password)
 		require.NoError(t, err)
@@ -367,8 +368,8 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, fmt.Sprint(port), vvKey(t, out, "port"))
 		s, err := e.kube.CoreV1().Secrets(ns).Get(ctx, render.DisplaySecretName(g.Name), metav1.GetOptions{})
 		require.NoError(t, err)
-		require.Equal(t, vvKey(t, out, "password"), string(s.Data[runnerconfig.DisplayPasswordFile]))
-		require.Equal(t, "+20", string(s.Data[runnerconfig.PasswordExpiryFile]))
+		require.Equal(t, vvKey(t, out, "password"), string(s.Data[vmpod.DisplayPasswordFile]))
+		require.Equal(t, "+20", string(s.Data[vmpod.PasswordExpiryFile]))
 		pod, err := e.kube.CoreV1().Pods(ns).Get(ctx, g.Name+"-0", metav1.GetOptions{})
 		require.NoError(t, err)
 		require.Equal(t, s.ResourceVersion, pod.Annotations[podsync.AnnotationPasswordSerial], "the kubelet is nudged to refresh the Secret")

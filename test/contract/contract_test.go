@@ -36,6 +36,7 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
@@ -136,7 +137,7 @@ func checkSpec(t *testing.T, ctx context.Context, dc dynamic.Interface, u *unstr
 			return nil
 		}
 	}
-	if _, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[runnerconfig.ConfigFile])); err != nil {
+	if _, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[vmpod.ConfigFile])); err != nil {
 		t.Errorf("%s renders to a runner config that does not load: %v\nthe spec:\n%s", u.GetName(), err, specYAML(u))
 		return nil
 	}
@@ -224,18 +225,18 @@ func (q *qemuChecker) check(t *testing.T, objs *render.Objects, n *tally) {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	etc := filepath.Join(dir, "etc")
-	require.NoError(t, os.MkdirAll(filepath.Join(etc, runnerconfig.CloudInitDir), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(etc, vmpod.CloudInitDir), 0o755))
 	if objs.Secret != nil {
 		for k, v := range objs.Secret.Data {
-			require.NoError(t, os.WriteFile(filepath.Join(etc, runnerconfig.CloudInitDir, k), v, 0o600))
+			require.NoError(t, os.WriteFile(filepath.Join(etc, vmpod.CloudInitDir, k), v, 0o600))
 		}
 	}
-	f, err := runnerconfig.Decode([]byte(objs.ConfigMap.Data[runnerconfig.ConfigFile]))
+	f, err := runnerconfig.Decode([]byte(objs.ConfigMap.Data[vmpod.ConfigFile]))
 	require.NoError(t, err)
 	q.localize(t, &f.Runner, dir)
 	b, err := json.Marshal(f)
 	require.NoError(t, err)
-	config := filepath.Join(etc, runnerconfig.ConfigFile)
+	config := filepath.Join(etc, vmpod.ConfigFile)
 	require.NoError(t, os.WriteFile(config, b, 0o644))
 
 	var out strings.Builder
@@ -279,14 +280,14 @@ func (q *qemuChecker) localize(t *testing.T, c *runnerconfig.Config, dir string)
 			// A Filesystem claim's directory: the runner makes disk.img.
 			claim := filepath.Join(dir, fmt.Sprintf("claim%d", i))
 			require.NoError(t, os.Mkdir(claim, 0o755))
-			d.Resource = filepath.Join(claim, runnerconfig.DiskFileName)
+			d.Resource = filepath.Join(claim, vmpod.DiskFileName)
 		case d.Resource != "":
 			disk := filepath.Join(dir, fmt.Sprintf("disk%d.raw", i))
 			require.NoError(t, os.WriteFile(disk, nil, 0o644))
 			require.NoError(t, os.Truncate(disk, 64<<20))
 			d.Resource = disk
-		case strings.HasPrefix(d.File, runnerconfig.ImageRepositoryDir+"/"):
-			d.File = filepath.Join(q.repo, strings.TrimPrefix(d.File, runnerconfig.ImageRepositoryDir+"/"))
+		case strings.HasPrefix(d.File, vmpod.ImageRepositoryDir+"/"):
+			d.File = filepath.Join(q.repo, strings.TrimPrefix(d.File, vmpod.ImageRepositoryDir+"/"))
 		}
 	}
 	// A bridge of the host, or the pod's network, which the runner sets up

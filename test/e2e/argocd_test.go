@@ -15,9 +15,9 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/argocd"
-	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/reporter"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // argoCDDir holds the health check, its health_test.yaml (the expected
@@ -135,7 +135,7 @@ func TestArgoCDHealth(t *testing.T) {
 		rep, err := reporter.New(e.c.Config, ns, "media", nil)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rep.Stop(context.Background()) })
-		image := filepath.Join(runnerconfig.ImageRepositoryDir, "installer.iso")
+		image := filepath.Join(vmpod.ImageRepositoryDir, "installer.iso")
 		for _, c := range []struct {
 			fixture, reason string
 			problem         runner.CDProblem

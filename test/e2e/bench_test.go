@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,9 +26,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/pkg/vmpod"
 
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
 
 // scaleVM is what the scale benchmark creates 1,000 of: stopped, with
@@ -173,7 +178,7 @@ func waitReconciled(b *testing.B, e *env, ns string, n int) {
 	})
 	w, err = e.kube.AppsV1().StatefulSets(ns).Watch(ctx, metav1.ListOptions{})
 	follow("StatefulSets", w, err, all)
-	w, err = e.kube.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{LabelSelector: render.LabelName + "=" + render.NameRunner})
+	w, err = e.kube.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{LabelSelector: vmpod.LabelName + "=" + vmpod.NameRunner})
 	follow("ConfigMaps", w, err, all)
 	eventually.Within(b, 5*time.Minute, func() string {
 		mu.Lock()
@@ -339,10 +344,7 @@ func BenchmarkStartLatency(b *testing.B) {
 	e := newEnv(b)
 	ns := e.namespace("latency", nil)
 	e.createVM(ns, fmt.Sprintf(strings.Replace(runningVM, "state: Running", "state: Stopped", 1), "vm1"))
-	dir := b.TempDir()
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "kubectl-vm"), "github.com/vmop/vmop/cmd/kubectl-vm").CombinedOutput(); err != nil {
-		b.Fatalf("build: %v: %s", err, out)
-	}
+	dir := filepath.Dir(vmopbin.Build(b, "kubectl-vm"))
 	env := append(os.Environ(), "KUBECONFIG="+e.c.Kubeconfig, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	timed := func(args ...string) time.Duration {
 		e.patchVM(ns, "vm1", `{"state":"Stopped"}`)
@@ -368,5 +370,90 @@ func BenchmarkStartLatency(b *testing.B) {
 		b.ReportMetric(ms(pm), "ms-kubectl-vm-start")
 		b.ReportMetric(ms(km), "ms-kubectl-patch")
 		b.ReportMetric(float64(pm)/float64(km), "ratio")
+	}
+}
+
+// agentVM is what BenchmarkNodeAgent runs 50 of on the agent's node: the
+// pod a VM gets by default, with a disk and a display.
+const agentVM = `apiVersion: vmoperator.jdrupes.org/v1
+kind: VirtualMachine
+metadata:
+  name: %s
+spec:
+  nodeName: node-1
+  vm:
+    state: Running
+    maximumCpus: 2
+    maximumRam: 1Gi
+    disks:
+    - volumeClaimTemplate:
+        metadata: {name: system}
+        spec:
+          resources: {requests: {storage: 1Gi}}
+    display:
+      spice: {}
+`
+
+// BenchmarkNodeAgent runs vm-node, as its DaemonSet's service account,
+// for a node with 50 running VM pods (kwok runs them: no container asks
+// the agent anything) and reports its resident memory once it serves
+// them, its peak, and its CPU at idle over 30 s. The agent's device
+// plugin runs too, with no kubelet to register with. Run it with
+// -benchtime 1x.
+func BenchmarkNodeAgent(b *testing.B) {
+	const (
+		pods = 50
+		idle = 30 * time.Second
+	)
+	e := newEnv(b)
+	ns := e.namespace("agent", nil)
+	e.startOperator("vm-operator")
+	for i := range pods {
+		e.createVM(ns, fmt.Sprintf(agentVM, fmt.Sprintf("vm%d", i)))
+	}
+	eventually.Succeeds(b, 3*time.Minute, func() error {
+		list, err := e.kube.CoreV1().Pods(ns).List(b.Context(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running < pods {
+			return fmt.Errorf("%d of %d VM pods running", running, pods)
+		}
+		return nil
+	})
+	bin := vmopbin.Build(b, "vm-node")
+	root := b.TempDir()
+	require.NoError(b, os.Mkdir(filepath.Join(root, "pods"), 0o755))
+	kubeconfig := e.serviceAccountKubeconfig(install.DefaultNamespace, install.NodeAgentName)
+	for b.Loop() {
+		agent, err := e.c.StartProcess("vm-node", bin, "--kubeconfig="+kubeconfig, "--node-name="+node,
+			"--kubelet-root-dir="+root, "--device-plugin-dir="+b.TempDir())
+		require.NoError(b, err)
+		var peak atomic.Int64
+		stopSampling := sampleRSS(agent.Pid(), &peak)
+		eventually.Succeeds(b, time.Minute, func() error {
+			if !strings.Contains(agent.LogTail(20), "Serving the VM pods") {
+				return errors.New("vm-node does not serve yet:\n" + agent.LogTail(20))
+			}
+			return nil
+		})
+		time.Sleep(2 * time.Second) // the pods' first polls
+		serving := readRSS(agent.Pid())
+		cpu := cpuSeconds(agent.Pid())
+		time.Sleep(idle)
+		idleCPU := cpuSeconds(agent.Pid()) - cpu
+		stopSampling()
+		b.ReportMetric(float64(serving)/(1<<20), "MiB-RSS")
+		b.ReportMetric(float64(readRSS(agent.Pid()))/(1<<20), "MiB-RSS-idle")
+		b.ReportMetric(float64(peak.Load())/(1<<20), "MiB-peak-RSS")
+		b.ReportMetric(cpu, "CPU-s-to-serve")
+		b.ReportMetric(idleCPU/idle.Seconds()*1000, "CPU-ms/s-idle")
+		agent.Stop()
 	}
 }

@@ -28,9 +28,11 @@ import (
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/plugintest"
 	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
 
 // stoppedVM is runningVM, stopped.
@@ -163,7 +165,7 @@ func TestCommands(t *testing.T) {
 		require.Contains(t, fail(t, "set", "-n", ns, "g1", "--cpus", "5"), "--cpus 5: more than ConfigMap g1: /Runner.vm.maximumCpus (4)")
 
 		run(t, "cdrom", "-n", ns, "g1", "insert", "x.iso")
-		require.Equal(t, runnerconfig.ImageRepositoryDir+"/x.iso", e.runnerConfig(t, ns, "g1").VM.Drives[1].File)
+		require.Equal(t, vmpod.ImageRepositoryDir+"/x.iso", e.runnerConfig(t, ns, "g1").VM.Drives[1].File)
 		run(t, "reset", "-n", ns, "g1")
 		require.EqualValues(t, 1, e.runnerConfig(t, ns, "g1").ResetCounter)
 
@@ -283,14 +285,12 @@ func TestCommands(t *testing.T) {
 		ns := e.namespace("kubectl", nil)
 		e.createVM(ns, fmt.Sprintf(stoppedVM, "k1"))
 		dir := t.TempDir()
-		build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "kubectl-vm"), "github.com/vmop/vmop/cmd/kubectl-vm")
-		out, err := build.CombinedOutput()
-		require.NoError(t, err, "%s", out)
+		bin := filepath.Dir(vmopbin.Build(t, "kubectl-vm"))
 		// kubectl takes no flags before a plugin's name: the kubeconfig
 		// comes from the environment.
 		kubectl := exec.CommandContext(ctx, "kubectl", "vm", "start", "-n", ns, "k1")
-		kubectl.Env = append(os.Environ(), "KUBECONFIG="+e.c.Kubeconfig, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-		out, err = kubectl.CombinedOutput()
+		kubectl.Env = append(os.Environ(), "KUBECONFIG="+e.c.Kubeconfig, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := kubectl.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Equal(t, "k1 started\n", string(out))
 
@@ -339,7 +339,7 @@ func (e *env) vmSpec(t *testing.T, ns, name string) v1.VMSpec {
 func (e *env) runnerConfig(t *testing.T, ns, name string) *runnerconfig.Config {
 	cm, err := e.kube.CoreV1().ConfigMaps(ns).Get(t.Context(), name, metav1.GetOptions{})
 	require.NoError(t, err)
-	cfg, err := runnerconfig.Parse([]byte(cm.Data[runnerconfig.ConfigFile]))
+	cfg, err := runnerconfig.Parse([]byte(cm.Data[vmpod.ConfigFile]))
 	require.NoError(t, err)
 	return cfg
 }

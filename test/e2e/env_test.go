@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -41,33 +40,18 @@ import (
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
 
 // node is the kwok node that VM pods are placed on (no scheduler runs but
 // in TestNodeAgent). It offers the node agent's devices.
 const node = "node-1"
 
-var operatorBin string
-
 func TestMain(m *testing.M) {
 	if prereq.ShortMain("etcd, kube-apiserver, kube-controller-manager and kwok") {
 		os.Exit(0)
 	}
-	dir, err := os.MkdirTemp("", "vmop-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	operatorBin = filepath.Join(dir, "vm-operator")
-	build := exec.Command("go", "build", "-o", operatorBin, "github.com/vmop/vmop/cmd/vm-operator")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build vm-operator:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(vmopbin.Main(m))
 }
 
 // env is a cluster with vmop's RBAC installed and a kubeconfig that acts
@@ -233,7 +217,7 @@ func (e *env) startOperator(name string, args ...string) *operator {
 		"--leader-elect-retry-period=500ms",
 		"-v=2",
 	}, args...)
-	p, err := e.c.StartProcess(name, operatorBin, all...)
+	p, err := e.c.StartProcess(name, vmopbin.Build(t, "vm-operator"), all...)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {

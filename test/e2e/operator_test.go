@@ -34,6 +34,7 @@ import (
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vmpod"
 
 	"github.com/vmop/vmop/test/harness/eventually"
 )
@@ -488,7 +489,7 @@ type objectInfo struct {
 // Services by kind/name.
 func (e *env) ownedObjects(t *testing.T, ns, vm string) map[string]objectInfo {
 	ctx := t.Context()
-	sel := metav1.ListOptions{LabelSelector: labels.Set{render.LabelInstance: vm}.String()}
+	sel := metav1.ListOptions{LabelSelector: labels.Set{vmpod.LabelInstance: vm}.String()}
 	out := map[string]objectInfo{}
 	add := func(kind string, m metav1.Object) {
 		info := objectInfo{hash: m.GetAnnotations()[render.AnnotationHash]}

@@ -24,9 +24,9 @@ import (
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-node/agent"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testguest"
 	"github.com/vmop/vmop/test/harness/testnode"
@@ -110,8 +110,8 @@ func TestNodeAgentImpostor(t *testing.T) {
 			init.VolumeMounts = []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
 			p.Spec.InitContainers = []corev1.Container{init}
 			c := &p.Spec.Containers[0]
-			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "shared", MountPath: runnerconfig.DataDir})
-		}, "mounts emptyDir shared at " + runnerconfig.DataDir},
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "shared", MountPath: vmpod.DataDir})
+		}, "mounts emptyDir shared at " + vmpod.DataDir},
 		"share-process-namespace": {func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr.To(true) },
 			"shares its process namespace"},
 	} {

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/pkg/nodeagent"
-	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testguest"
 	"github.com/vmop/vmop/test/harness/testnode"
@@ -84,7 +84,7 @@ func TestNodeCrash(t *testing.T) {
 	require.GreaterOrEqual(t, acked, before)
 	require.NotContains(t, string(log), testguest.RecordsDoneLine, "the guest wrote every record before the crash: give it more")
 	// Right after the kill, before the boot, whose guest writes again.
-	for _, disk := range []string{node.DiskFile(block), filepath.Join(node.VolumePath(fs), runnerconfig.DiskFileName)} {
+	for _, disk := range []string{node.DiskFile(block), filepath.Join(node.VolumePath(fs), vmpod.DiskFileName)} {
 		f, err := os.Open(disk)
 		require.NoError(t, err)
 		lost, err := testguest.LostRecords(f, acked)

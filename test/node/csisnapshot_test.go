@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmsnapshot"
-	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/csidriver"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -203,7 +203,7 @@ func snapshotData(t *testing.T, drv *csidriver.Driver, ns, name string) string {
 	path, err := drv.SnapshotPath(snapshotHandle(t, ns, name))
 	require.NoError(t, err)
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return filepath.Join(path, runnerconfig.DiskFileName)
+		return filepath.Join(path, vmpod.DiskFileName)
 	}
 	return path
 }

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testguest"
 	"github.com/vmop/vmop/test/harness/testnode"
@@ -45,7 +45,7 @@ func fullDisk(t *testing.T, ns string) {
 	// then other files take all of the room but 1 MiB, and of the thin
 	// volume's all but 512 KiB: it fills first.
 	dir := node.VolumePath(data)
-	disk := filepath.Join(dir, runnerconfig.DiskFileName)
+	disk := filepath.Join(dir, vmpod.DiskFileName)
 	require.NoError(t, os.WriteFile(disk, nil, 0o666))
 	require.NoError(t, os.Chmod(disk, 0o666))
 	require.NoError(t, os.Truncate(disk, records*testguest.RecordSize))

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/vmop/vmop/pkg/install"
-	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testguest"
 	"github.com/vmop/vmop/test/harness/testnode"
@@ -53,7 +53,7 @@ func TestImportFilesystemClaim(t *testing.T) {
 	require.Equal(t, int64(1), requests.Load(), "GETs of the image")
 	require.Contains(t, kubectl(t, "", "logs", "-n", ns, vm+"-0", "-c", "import"), "Imported")
 
-	disk := filepath.Join(node.VolumePath(volume), runnerconfig.DiskFileName)
+	disk := filepath.Join(node.VolumePath(volume), vmpod.DiskFileName)
 	fi, err := os.Stat(disk)
 	require.NoError(t, err, "the disk's file on the node")
 	require.EqualValues(t, fsDiskSize, fi.Size(), "the file has the claim's size")

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmsnapshot"
-	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/testguest"
 	"github.com/vmop/vmop/test/harness/testnode"
@@ -131,7 +131,7 @@ func requireCopyHolds(t *testing.T, ns, claim string, upTo, not int) {
 	require.NoError(t, err)
 	file := node.DiskFile(c.Spec.VolumeName)
 	if *c.Spec.VolumeMode == corev1.PersistentVolumeFilesystem {
-		file = filepath.Join(node.VolumePath(c.Spec.VolumeName), runnerconfig.DiskFileName)
+		file = filepath.Join(node.VolumePath(c.Spec.VolumeName), vmpod.DiskFileName)
 	}
 	requireRecordsIn(t, file, upTo, not)
 }

@@ -23,6 +23,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/pkg/vmstatus"
 )
 
@@ -99,8 +100,8 @@ func New(sts *appsv1.StatefulSet, name, component string, volumes []Volume) (*co
 	// Not the VM's selector labels: neither its StatefulSet (which would
 	// adopt the pod) nor its Services take the helper for the VM's pod.
 	labels := render.Labels(sts.Name)
-	delete(labels, render.LabelName)
-	labels[render.LabelComponent] = component
+	delete(labels, vmpod.LabelName)
+	labels[vmpod.LabelComponent] = component
 	c := corev1.Container{
 		// The runner's name: pods/exec goes to that container.
 		Name:            render.ContainerRunner,
@@ -194,7 +195,7 @@ func NoOther(ctx context.Context, c *vmclient.Client, pod *corev1.Pod, what stri
 		return c.Explain(err)
 	case old.DeletionTimestamp == nil:
 		return fmt.Errorf("pod %s/%s exists: another %s for vm %s runs, or one ended without deleting it (then: kubectl delete pod -n %s %s)",
-			old.Namespace, old.Name, what, old.Labels[render.LabelInstance], old.Namespace, old.Name)
+			old.Namespace, old.Name, what, old.Labels[vmpod.LabelInstance], old.Namespace, old.Name)
 	}
 	return waitGone(ctx, c, old)
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // FieldManager names the plugin's changes in managed fields.
@@ -123,7 +124,7 @@ func (c *Client) Get(ctx context.Context, name string) (*VM, error) {
 	}
 	sts, err := c.Kube.AppsV1().StatefulSets(c.Namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
-	case err == nil && sts.Labels[render.LabelName] == render.NameRunner:
+	case err == nil && sts.Labels[vmpod.LabelName] == vmpod.NameRunner:
 		vm.StatefulSet = sts
 	case err == nil || apierrors.IsNotFound(err):
 		if vm.Mode == ModeGitOps {
@@ -178,7 +179,7 @@ func (c *Client) UpdateConfig(ctx context.Context, vm *VM, w io.Writer, change f
 	if err != nil {
 		return c.Explain(err)
 	}
-	f, err := runnerconfig.Decode([]byte(cm.Data[runnerconfig.ConfigFile]))
+	f, err := runnerconfig.Decode([]byte(cm.Data[vmpod.ConfigFile]))
 	if err != nil {
 		return fmt.Errorf("configmap %s/%s: %w", vm.Namespace, vm.Name, err)
 	}
@@ -193,7 +194,7 @@ func (c *Client) UpdateConfig(ctx context.Context, vm *VM, w io.Writer, change f
 	if _, err := runnerconfig.Parse(data); err != nil {
 		return fmt.Errorf("configmap %s/%s: %w", vm.Namespace, vm.Name, err)
 	}
-	cm.Data[runnerconfig.ConfigFile] = string(data)
+	cm.Data[vmpod.ConfigFile] = string(data)
 	cm, err = c.Kube.CoreV1().ConfigMaps(vm.Namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return c.Explain(err)
@@ -251,7 +252,7 @@ func (c *Client) List(ctx context.Context, allNamespaces bool) ([]*VM, error) {
 			byKey[o.GetNamespace()+"/"+o.GetName()] = &VM{Namespace: o.GetNamespace(), Name: o.GetName(), Mode: ModeOperator, Object: o, VM: decoded}
 		}
 	}
-	stss, err := c.Kube.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelName + "=" + render.NameRunner})
+	stss, err := c.Kube.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{LabelSelector: vmpod.LabelName + "=" + vmpod.NameRunner})
 	if err != nil {
 		return nil, c.Explain(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/vmtest"
 )
@@ -130,7 +131,7 @@ func TestClient(t *testing.T) {
 		configMaps := e.Kube.CoreV1().ConfigMaps(vmtest.OtherNamespace)
 		before, err := configMaps.Get(ctx, vmtest.Server, metav1.GetOptions{})
 		require.NoError(t, err)
-		file := before.Data[runnerconfig.ConfigFile]
+		file := before.Data[vmpod.ConfigFile]
 		require.Contains(t, file, "currentCpus: 8\n")
 
 		var warnings bytes.Buffer
@@ -143,8 +144,8 @@ func TestClient(t *testing.T) {
 		require.NoError(t, err)
 		// The file is written as render writes it: only the changed line
 		// differs, and the runner accepts it.
-		require.Equal(t, strings.Replace(file, "currentCpus: 8\n", "currentCpus: 4\n", 1), after.Data[runnerconfig.ConfigFile])
-		cfg, err := runnerconfig.Parse([]byte(after.Data[runnerconfig.ConfigFile]))
+		require.Equal(t, strings.Replace(file, "currentCpus: 8\n", "currentCpus: 4\n", 1), after.Data[vmpod.ConfigFile])
+		cfg, err := runnerconfig.Parse([]byte(after.Data[vmpod.ConfigFile]))
 		require.NoError(t, err)
 		require.Equal(t, int32(4), cfg.VM.CurrentCPUs)
 		require.Equal(t, before.Labels, after.Labels)
@@ -214,7 +215,7 @@ func TestClient(t *testing.T) {
 		require.Contains(t, warnings, "warning: the change may take a minute to reach the runner: ")
 		require.Contains(t, warnings, `User "config-editor" cannot patch resource "pods"`)
 		require.Contains(t, warnings, "ask a cluster administrator")
-		cfg, err := runnerconfig.Parse([]byte(cm.Data[runnerconfig.ConfigFile]))
+		cfg, err := runnerconfig.Parse([]byte(cm.Data[vmpod.ConfigFile]))
 		require.NoError(t, err)
 		require.Equal(t, int32(2), cfg.VM.CurrentCPUs)
 	})

@@ -28,6 +28,7 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/snapshotpush"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // Options are what taking and restoring snapshots need.
@@ -394,7 +395,7 @@ func podVolumes(info Info, vmClaims []string, dataClaim string) []helperpod.Volu
 		}
 	}
 	if dataClaim != "" {
-		vols = append(vols, helperpod.Volume{Name: render.VolumeRunnerData, Claim: dataClaim, Path: runnerconfig.DataDir})
+		vols = append(vols, helperpod.Volume{Name: render.VolumeRunnerData, Claim: dataClaim, Path: vmpod.DataDir})
 	}
 	return vols
 }

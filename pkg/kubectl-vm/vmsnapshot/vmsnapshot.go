@@ -25,6 +25,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 const (
@@ -136,8 +137,8 @@ func PodName(vm string) string { return vm + "-snapshot" }
 // selector labels: nothing of the VM selects them.
 func Labels(vm, snap string) map[string]string {
 	l := render.Labels(vm)
-	delete(l, render.LabelName)
-	l[render.LabelComponent] = Component
+	delete(l, vmpod.LabelName)
+	l[vmpod.LabelComponent] = Component
 	l[LabelSnapshot] = snap
 	return l
 }
@@ -184,9 +185,9 @@ func decode(s *corev1.Secret) (Snapshot, error) {
 // List returns the snapshots of VM vm in namespace ns, or of every VM
 // when vm is empty, oldest first.
 func List(ctx context.Context, c *vmclient.Client, ns, vm string) ([]Snapshot, error) {
-	sel := labels.Set{render.LabelComponent: Component}
+	sel := labels.Set{vmpod.LabelComponent: Component}
 	if vm != "" {
-		sel[render.LabelInstance] = vm
+		sel[vmpod.LabelInstance] = vm
 	}
 	list, err := c.Kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
-	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 func TestValidName(t *testing.T) {
@@ -53,7 +53,7 @@ func TestCopyClaim(t *testing.T) {
 	require.Equal(t, "12Gi", ptr.To(c.Spec.Resources.Requests[corev1.ResourceStorage]).String())
 	require.Equal(t, "uid-1", string(c.OwnerReferences[0].UID))
 	require.Equal(t, map[string]string{
-		"app.kubernetes.io/instance": "web", "app.kubernetes.io/managed-by": render.ManagedBy, "app.kubernetes.io/component": "snapshot",
+		"app.kubernetes.io/instance": "web", "app.kubernetes.io/managed-by": vmpod.ManagedBy, "app.kubernetes.io/component": "snapshot",
 		LabelSnapshot: "s1",
 	}, c.Labels)
 }

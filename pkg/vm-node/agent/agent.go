@@ -13,30 +13,26 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	listerscorev1 "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 
 	"github.com/vmop/vmop/pkg/nodeagent"
-	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vm-node/kubeapi"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // Options configure an Agent.
 type Options struct {
-	Client   kubernetes.Interface
+	// Watch lists and then watches the pods that match query, telling h,
+	// until ctx ends: kubeapi.Watch of the pods in vm-node.
+	Watch func(ctx context.Context, query url.Values, h kubeapi.Handler[Pod]) error
+	// Create creates an object at an API path: kubeapi.Client's in vm-node.
+	Create   func(ctx context.Context, path string, obj any) error
 	NodeName string
 	// KubeletRootDir is the kubelet's --root-dir, as the agent sees it.
 	KubeletRootDir string
@@ -51,13 +47,16 @@ type Options struct {
 
 // Agent serves the VM pods of one node.
 type Agent struct {
-	o       Options
-	trusted map[string]bool
-	pods    listerscorev1.PodLister
-	events  events.EventRecorder
+	o        Options
+	trusted  map[string]bool
+	instance string // reportingInstance of its events
 
+	ctx     context.Context // Run's
 	mu      sync.Mutex
-	pollers map[types.UID]*poller
+	pods    map[string]*Pod // by UID
+	pollers map[string]*poller
+	warned  map[string]warning // the last Warning event of each pod
+	synced  bool
 }
 
 // Intervals at which a pod's socket is looked for: often while the pod
@@ -79,7 +78,11 @@ func New(o Options) (*Agent, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	a := &Agent{o: o, trusted: map[string]bool{}, pollers: map[types.UID]*poller{}}
+	host, _ := os.Hostname()
+	a := &Agent{
+		o: o, trusted: map[string]bool{}, instance: "vm-node-" + host,
+		pods: map[string]*Pod{}, pollers: map[string]*poller{}, warned: map[string]warning{},
+	}
 	for _, r := range o.RunnerRepositories {
 		repo, err := repository(r)
 		if err != nil {
@@ -93,88 +96,91 @@ func New(o Options) (*Agent, error) {
 	return a, nil
 }
 
+// Query selects the pods an agent serves: the VM pods of its node, as the
+// API server filters them.
+func Query(node string) url.Values {
+	return url.Values{
+		"fieldSelector": {"spec.nodeName=" + node},
+		"labelSelector": {vmpod.LabelManagedBy + "=" + vmpod.ManagedBy},
+	}
+}
+
 // Run watches the node's VM pods and serves them until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	f := informers.NewSharedInformerFactoryWithOptions(a.o.Client, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.o.NodeName).String()
-			lo.LabelSelector = labels.Set{render.LabelManagedBy: render.ManagedBy}.String()
-		}))
-	inf := f.Core().V1().Pods()
-	a.pods = inf.Lister()
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: a.o.Client.EventsV1()})
-	b.StartRecordingToSink(ctx.Done())
-	defer b.Shutdown()
-	a.events = b.NewRecorder(scheme.Scheme, "vm-node")
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { a.update(ctx, obj) },
-		UpdateFunc: func(_, obj any) { a.update(ctx, obj) },
-		DeleteFunc: a.remove,
-	}); err != nil {
-		return err
-	}
-	f.Start(ctx.Done())
-	defer f.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-		return nil
-	}
-	a.o.Log.Info("Serving the VM pods of the node", "node", a.o.NodeName, "kubeletRootDir", a.o.KubeletRootDir)
-	<-ctx.Done()
+	a.ctx = ctx
+	err := a.o.Watch(ctx, Query(a.o.NodeName), a)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for uid, p := range a.pollers {
 		p.stop()
 		delete(a.pollers, uid)
 	}
-	return nil
+	return err
 }
 
-// update starts a pod's poller, and sets how often it looks.
-func (a *Agent) update(ctx context.Context, obj any) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
+// Replace makes the pods the agent serves those of pods, once it listed
+// them (kubeapi.Handler).
+func (a *Agent) Replace(pods []Pod) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	p := a.pollers[pod.UID]
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		if p != nil {
-			p.stop()
-			delete(a.pollers, pod.UID)
+	now := map[string]bool{}
+	for i := range pods {
+		now[pods[i].UID] = true
+		a.update(&pods[i])
+	}
+	for uid := range a.pods {
+		if !now[uid] {
+			a.remove(uid)
 		}
+	}
+	if !a.synced {
+		a.synced = true
+		a.o.Log.Info("Serving the VM pods of the node", "node", a.o.NodeName, "kubeletRootDir", a.o.KubeletRootDir, "pods", len(pods))
+	}
+}
+
+// Apply takes a change of a pod the agent watches (kubeapi.Handler).
+func (a *Agent) Apply(typ kubeapi.EventType, pod Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if typ == kubeapi.Deleted {
+		a.remove(pod.UID)
 		return
 	}
+	a.update(&pod)
+}
+
+// update starts a pod's poller, and sets how often it looks; its caller
+// holds a.mu.
+func (a *Agent) update(pod *Pod) {
+	if pod.Status.Phase == "Succeeded" || pod.Status.Phase == "Failed" {
+		a.remove(pod.UID)
+		return
+	}
+	a.pods[pod.UID] = pod
+	p := a.pollers[pod.UID]
 	if p == nil {
-		p = a.newPoller(ctx, pod)
+		p = a.newPoller(a.ctx, pod)
 		a.pollers[pod.UID] = p
 	}
-	p.setReady(podReady(pod))
+	p.setReady(pod.ready())
 }
 
-func (a *Agent) remove(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
+// remove stops serving a pod; its caller holds a.mu.
+func (a *Agent) remove(uid string) {
+	if p := a.pollers[uid]; p != nil {
+		p.stop()
+		delete(a.pollers, uid)
 	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
+	delete(a.pods, uid)
+	delete(a.warned, uid)
+}
+
+// pod is the pod of uid as last seen, nil once gone.
+func (a *Agent) pod(uid string) *Pod {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if p := a.pollers[pod.UID]; p != nil {
-		p.stop()
-		delete(a.pollers, pod.UID)
-	}
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return a.pods[uid]
 }
 
 // poller looks for the socket of one pod.
@@ -192,11 +198,11 @@ func (p *poller) setReady(r bool) {
 	p.ready <- r
 }
 
-func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
+func (a *Agent) newPoller(ctx context.Context, pod *Pod) *poller {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &poller{stop: cancel, ready: make(chan bool, 1)}
-	ns, name, uid := pod.Namespace, pod.Name, pod.UID
-	dir := filepath.Join(a.o.KubeletRootDir, "pods", string(uid), "volumes", "kubernetes.io~empty-dir", nodeagent.Volume)
+	uid := pod.UID
+	dir := filepath.Join(a.o.KubeletRootDir, "pods", uid, "volumes", "kubernetes.io~empty-dir", nodeagent.Volume)
 	go func() {
 		interval := pollStarting
 		t := time.NewTimer(0)
@@ -223,7 +229,7 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 			}
 			if id := statID(&st); id != served {
 				served = id
-				a.serve(ctx, ns, name, uid, dir)
+				a.serve(ctx, uid, dir)
 			}
 		}
 	}()
@@ -231,12 +237,12 @@ func (a *Agent) newPoller(ctx context.Context, pod *corev1.Pod) *poller {
 }
 
 // serve connects to a pod's socket and answers its container.
-func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir string) {
-	log := a.o.Log.With("pod", ns+"/"+name)
-	pod, err := a.pods.Pods(ns).Get(name)
-	if err != nil || pod.UID != uid {
+func (a *Agent) serve(ctx context.Context, uid, dir string) {
+	pod := a.pod(uid)
+	if pod == nil {
 		return
 	}
+	log := a.o.Log.With("pod", pod.Namespace+"/"+pod.Name)
 	c, sock, err := dialIn(dir, nodeagent.Socket)
 	if err != nil {
 		log.Warn("Cannot reach the pod's socket", "err", err)
@@ -257,7 +263,7 @@ func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir s
 	}
 	if err != nil {
 		_ = nodeagent.Reply(c, nodeagent.Response{Error: err.Error()})
-		a.refused(log, pod, err)
+		a.refused(ctx, log, pod, err)
 		return
 	}
 	defer proc.close()
@@ -273,7 +279,7 @@ func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir s
 	})
 	switch {
 	case failed != nil:
-		a.refused(log, pod, failed)
+		a.refused(ctx, log, pod, failed)
 	case err != nil:
 		log.Warn("Answering the pod", "err", err)
 	default:
@@ -283,13 +289,15 @@ func (a *Agent) serve(ctx context.Context, ns, name string, uid types.UID, dir s
 
 // refused logs why the agent did not serve a pod, and, when it refused
 // the pod, tells the pod's owner in a Warning event.
-func (a *Agent) refused(log *slog.Logger, pod *corev1.Pod, err error) {
+func (a *Agent) refused(ctx context.Context, log *slog.Logger, pod *Pod, err error) {
 	if !errors.Is(err, errRefused) {
 		log.Warn("Cannot prepare the pod", "err", err)
 		return
 	}
 	log.Warn("Refused", "err", err)
-	a.events.Eventf(pod, nil, corev1.EventTypeWarning, EventRefused, "Prepare", "%s", err)
+	if err := a.warn(ctx, pod, EventRefused, "Prepare", err.Error()); err != nil {
+		log.Warn("Cannot tell the pod's owner in an event", "err", err)
+	}
 }
 
 // dialIn connects to the socket name in dir through descriptors, and

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -77,6 +78,18 @@ func vmPod() *corev1.Pod {
 	return pod
 }
 
+// asRead is pod as the agent reads it from the API server: its JSON,
+// decoded into the agent's Pod. So the tests check that the agent reads
+// every field it trusts by.
+func asRead(t *testing.T, pod *corev1.Pod) *Pod {
+	t.Helper()
+	b, err := json.Marshal(pod)
+	require.NoError(t, err)
+	var p Pod
+	require.NoError(t, json.Unmarshal(b, &p))
+	return &p
+}
+
 // runnerDigest is the digest of the runner image the tests run.
 var runnerDigest = "sha256:" + strings.Repeat("a", 64)
 
@@ -118,10 +131,10 @@ func sidecar(volume, dir string) corev1.Container {
 // impostor of each kind.
 func TestTrustPod(t *testing.T) {
 	a := newAgent(t)
-	require.NoError(t, a.trustPod(vmPod()))
+	require.NoError(t, a.trustPod(asRead(t, vmPod())))
 	digest := vmPod()
 	digest.Spec.Containers[0].Image = runnerRepo + "@" + runnerDigest
-	require.NoError(t, a.trustPod(digest), "a digest names the same repository")
+	require.NoError(t, a.trustPod(asRead(t, digest)), "a digest names the same repository")
 	emptyDir := corev1.Volume{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 
 	for name, tc := range map[string]struct {
@@ -233,7 +246,7 @@ func TestTrustPod(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			p := vmPod()
 			tc.change(p)
-			err := a.trustPod(p)
+			err := a.trustPod(asRead(t, p))
 			require.ErrorIs(t, err, errRefused)
 			require.ErrorContains(t, err, tc.want)
 		})
@@ -293,7 +306,7 @@ func TestTrustPeer(t *testing.T) {
 	require.NoError(t, os.Link(a.procPath(1, "ns", "net"), a.procPath(300, "ns", "net")))
 
 	netns := pathID(t, a.procPath(100, "ns", "net"))
-	p, err := a.trustPeer(pod, 100, nodeagent.RunnerUID, sock)
+	p, err := a.trustPeer(asRead(t, pod), 100, nodeagent.RunnerUID, sock)
 	require.NoError(t, err)
 	// Process 100 ends, and another takes its pid: what the agent holds
 	// is still the first one's.
@@ -314,7 +327,7 @@ func TestTrustPeer(t *testing.T) {
 		{300, nodeagent.RunnerUID, "the asking process 300 is in the node's network namespace"},
 		{500, nodeagent.RunnerUID, "the asking process 500: "},
 	} {
-		_, err := a.trustPeer(pod, tc.pid, tc.uid, sock)
+		_, err := a.trustPeer(asRead(t, pod), tc.pid, tc.uid, sock)
 		require.ErrorContains(t, err, tc.want)
 		if tc.pid != 500 {
 			require.ErrorIs(t, err, errRefused, "pid %d", tc.pid)

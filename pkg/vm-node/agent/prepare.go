@@ -7,7 +7,6 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/podnet"
@@ -15,7 +14,7 @@ import (
 
 // handler answers one container of a pod, which the agent trusts.
 type handler struct {
-	pod  *corev1.Pod
+	pod  *Pod
 	proc *process // the asking process
 }
 
@@ -50,7 +49,7 @@ func (h *handler) handle(_ context.Context, req nodeagent.Request) (nodeagent.Re
 // following a link, so that the container can name nothing else.
 func (h *handler) ownDevices(root int) error {
 	paths := append([]string{}, agentDevices...)
-	for _, c := range append(append([]corev1.Container{}, h.pod.Spec.InitContainers...), h.pod.Spec.Containers...) {
+	for _, c := range append(append([]Container{}, h.pod.Spec.InitContainers...), h.pod.Spec.Containers...) {
 		for _, d := range c.VolumeDevices {
 			paths = append(paths, d.DevicePath)
 		}

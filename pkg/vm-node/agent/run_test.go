@@ -3,30 +3,27 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/vmop/vmop/pkg/nodeagent"
-	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vm-node/kubeapi"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
 )
@@ -40,81 +37,113 @@ import (
 
 const node = "node-a"
 
-// fakeCluster is a fake clientset that, like the API server, lists and
-// watches only the pods that match a request's field and label
-// selectors: client-go's fake ignores the field selector of a list and
-// every selector of a watch. A pod that stops matching a watch's
-// selectors is deleted from its watcher's view, as the API server does.
-func fakeCluster() *fake.Clientset {
-	cs := fake.NewClientset()
-	podFields := func(p *corev1.Pod) fields.Set {
-		return fields.Set{
-			"metadata.name":      p.Name,
-			"metadata.namespace": p.Namespace,
-			"spec.nodeName":      p.Spec.NodeName,
-			"status.phase":       string(p.Status.Phase),
+// fakeAPI is the API server as the agent sees it: it lists and watches
+// the test's pods that match the agent's query, as the API server's
+// selectors do (a pod that stops matching is deleted from a watcher's
+// view), and keeps the events the agent creates.
+type fakeAPI struct {
+	t        *testing.T
+	mu       sync.Mutex
+	pods     map[string]*corev1.Pod // by UID
+	watchers map[*fakeWatch]bool
+	queries  []url.Values
+	events   []event
+}
+
+type fakeWatch struct {
+	node, label, value string // spec.nodeName=node, label=value
+	h                  kubeapi.Handler[Pod]
+	seen               map[string]bool // the pods it was told of
+}
+
+func (w *fakeWatch) matches(p *corev1.Pod) bool {
+	return p.Spec.NodeName == w.node && p.Labels[w.label] == w.value
+}
+
+func newFakeAPI(t *testing.T) *fakeAPI {
+	return &fakeAPI{t: t, pods: map[string]*corev1.Pod{}, watchers: map[*fakeWatch]bool{}}
+}
+
+// Watch is Options.Watch.
+func (f *fakeAPI) Watch(ctx context.Context, query url.Values, h kubeapi.Handler[Pod]) error {
+	w := &fakeWatch{h: h, seen: map[string]bool{}}
+	w.node, _ = strings.CutPrefix(query.Get("fieldSelector"), "spec.nodeName=")
+	w.label, w.value, _ = strings.Cut(query.Get("labelSelector"), "=")
+	f.mu.Lock()
+	f.queries = append(f.queries, query)
+	var list []Pod
+	for _, p := range f.pods {
+		if w.matches(p) {
+			w.seen[string(p.UID)] = true
+			list = append(list, *asRead(f.t, p))
 		}
 	}
-	matches := func(p *corev1.Pod, l labels.Selector, f fields.Selector) bool {
-		return (l == nil || l.Matches(labels.Set(p.Labels))) && (f == nil || f.Matches(podFields(p)))
+	h.Replace(list)
+	f.watchers[w] = true
+	f.mu.Unlock()
+	<-ctx.Done()
+	f.mu.Lock()
+	delete(f.watchers, w)
+	f.mu.Unlock()
+	return nil
+}
+
+// Create is Options.Create.
+func (f *fakeAPI) Create(_ context.Context, path string, obj any) error {
+	e, ok := obj.(event)
+	require.True(f.t, ok, "the agent creates %T at %s", obj, path)
+	require.Equal(f.t, "/apis/events.k8s.io/v1/namespaces/"+e.Metadata.Namespace+"/events", path)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, e)
+	return nil
+}
+
+// set creates or changes a pod, and tells the watchers.
+func (f *fakeAPI) set(p *corev1.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, existed := f.pods[string(p.UID)]
+	f.pods[string(p.UID)] = p.DeepCopy()
+	for w := range f.watchers {
+		uid := string(p.UID)
+		switch {
+		case w.matches(p) && existed && w.seen[uid]:
+			w.h.Apply(kubeapi.Modified, *asRead(f.t, p))
+		case w.matches(p):
+			w.seen[uid] = true
+			w.h.Apply(kubeapi.Added, *asRead(f.t, p))
+		case w.seen[uid]:
+			delete(w.seen, uid)
+			w.h.Apply(kubeapi.Deleted, *asRead(f.t, p))
+		}
 	}
-	cs.PrependReactor("list", "pods", func(action k8stesting.Action) (bool, k8sruntime.Object, error) {
-		la := action.(k8stesting.ListActionImpl)
-		obj, err := cs.Tracker().List(la.GetResource(), la.GetKind(), la.GetNamespace(), la.ListOptions)
-		if err != nil {
-			return true, nil, err
+}
+
+// delete deletes a pod, and tells the watchers.
+func (f *fakeAPI) delete(p *corev1.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pods, string(p.UID))
+	for w := range f.watchers {
+		if w.seen[string(p.UID)] {
+			delete(w.seen, string(p.UID))
+			w.h.Apply(kubeapi.Deleted, *asRead(f.t, p))
 		}
-		list := obj.(*corev1.PodList)
-		var items []corev1.Pod
-		for _, p := range list.Items {
-			if matches(&p, la.ListRestrictions.Labels, la.ListRestrictions.Fields) {
-				items = append(items, p)
-			}
-		}
-		list.Items = items
-		return true, list, nil
-	})
-	cs.PrependWatchReactor("pods", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		wa := action.(k8stesting.WatchActionImpl)
-		r := wa.WatchRestrictions
-		// The pods the watcher knows of: those that match now (it
-		// listed them, or is sent them), then those it is sent.
-		seen := map[types.UID]bool{}
-		obj, err := cs.Tracker().List(wa.GetResource(), corev1.SchemeGroupVersion.WithKind("Pod"), wa.GetNamespace())
-		if err != nil {
-			return true, nil, err
-		}
-		for _, p := range obj.(*corev1.PodList).Items {
-			seen[p.UID] = matches(&p, r.Labels, r.Fields)
-		}
-		w, err := cs.Tracker().Watch(wa.GetResource(), wa.GetNamespace(), wa.ListOptions)
-		if err != nil {
-			return true, nil, err
-		}
-		return true, watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-			p, ok := e.Object.(*corev1.Pod)
-			if !ok {
-				return e, true
-			}
-			if matches(p, r.Labels, r.Fields) {
-				seen[p.UID] = e.Type != watch.Deleted
-				return e, true
-			}
-			if seen[p.UID] && e.Type == watch.Modified {
-				delete(seen, p.UID)
-				e.Type = watch.Deleted
-				return e, true
-			}
-			return e, false
-		}), nil
-	})
-	return cs
+	}
+}
+
+// eventList is the events the agent created so far.
+func (f *fakeAPI) eventList() []event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]event(nil), f.events...)
 }
 
 // running is an agent that runs until its test ends.
 type running struct {
 	a    *Agent
-	cs   *fake.Clientset
+	api  *fakeAPI
 	root string // KubeletRootDir
 	// links holds short links to pods' vm-node directories: a kubelet's
 	// path is longer than a socket address may be (the agent itself dials
@@ -131,14 +160,14 @@ func runAgent(t *testing.T) *running {
 	if os.Geteuid() == nodeagent.RunnerUID {
 		t.Skipf("the test process is the peer the agent must refuse: it cannot run as the runner's uid %d", nodeagent.RunnerUID)
 	}
-	r := &running{cs: fakeCluster(), root: t.TempDir()}
+	r := &running{api: newFakeAPI(t), root: t.TempDir()}
 	links, err := os.MkdirTemp("", "vmop-agent")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(links) })
 	r.links = links
 	require.NoError(t, os.Mkdir(filepath.Join(r.root, "pods"), 0o755))
 	r.a, err = New(Options{
-		Client: r.cs, NodeName: node, KubeletRootDir: r.root,
+		Watch: r.api.Watch, Create: r.api.Create, NodeName: node, KubeletRootDir: r.root,
 		RunnerRepositories: []string{runnerRepo},
 		Log:                slog.New(slog.NewTextHandler(&r.log, nil)),
 		// Empty: the agent refuses the test's process before it looks at
@@ -201,8 +230,7 @@ func (r *running) addPod(t *testing.T, name, nodeName string, change func(*corev
 
 func (r *running) create(t *testing.T, p *corev1.Pod) {
 	t.Helper()
-	_, err := r.cs.CoreV1().Pods(p.Namespace).Create(t.Context(), p, metav1.CreateOptions{})
-	require.NoError(t, err)
+	r.api.set(p)
 }
 
 // refusal is how the agent refuses the test's process.
@@ -257,24 +285,42 @@ func TestRunRefusesAnotherUser(t *testing.T) {
 	pod, socket := r.addPod(t, "vm-0", node, nil)
 
 	require.EqualError(t, ask(t, socket, answerWithin), refusal())
+	var events []event
 	eventually.Succeeds(t, 10*time.Second, func() error {
-		list, err := r.cs.EventsV1().Events(pod.Namespace).List(t.Context(), metav1.ListOptions{})
-		if err != nil {
-			return err
+		if events = r.api.eventList(); len(events) == 0 {
+			return fmt.Errorf("no %s event", EventRefused)
 		}
-		for _, e := range list.Items {
-			if e.Reason != EventRefused {
-				continue
-			}
-			require.Equal(t, corev1.EventTypeWarning, e.Type)
-			require.Equal(t, corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, e.Regarding)
-			require.Equal(t, "vm-node", e.ReportingController)
-			require.Equal(t, "Prepare", e.Action)
-			require.Equal(t, strings.TrimPrefix(refusal(), "the node agent: "), e.Note)
-			return nil
-		}
-		return fmt.Errorf("no %s event in %d events", EventRefused, len(list.Items))
+		return nil
 	})
+	e := events[0]
+	require.Equal(t, EventRefused, e.Reason)
+	require.Equal(t, "Warning", e.Type)
+	require.Equal(t, regarding{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}, e.Regarding)
+	require.Equal(t, "vm-node", e.ReportingController)
+	require.Equal(t, "Prepare", e.Action)
+	require.Equal(t, strings.TrimPrefix(refusal(), "the node agent: "), e.Note)
+}
+
+// TestWarnOnce: a pod that is refused again and again, as one that
+// offers its socket again would be, gets one event for each new refusal.
+func TestWarnOnce(t *testing.T) {
+	r := runAgent(t)
+	pod, _ := r.addPod(t, "vm-0", node, nil)
+	eventually.Succeeds(t, 5*time.Second, func() error {
+		if r.a.pod(string(pod.UID)) == nil {
+			return errors.New("the agent has not seen the pod")
+		}
+		return nil
+	})
+	p := asRead(t, pod)
+	for _, note := range []string{"one", "one", "two", "two", "one"} {
+		require.NoError(t, r.a.warn(t.Context(), p, EventRefused, "Prepare", note))
+	}
+	var notes []string
+	for _, e := range r.api.eventList() {
+		notes = append(notes, e.Note)
+	}
+	require.Equal(t, []string{"one", "two", "one"}, notes)
 }
 
 // TestRunServesOnlyItsNodesVMPods offers sockets for pods the agent must
@@ -293,7 +339,7 @@ func TestRunServesOnlyItsNodesVMPods(t *testing.T) {
 		{"other-node", "node-b", nil},
 		{"unscheduled", "", nil},
 		{"unlabelled", node, func(p *corev1.Pod) { p.Labels = nil }},
-		{"other-manager", node, func(p *corev1.Pod) { p.Labels[render.LabelManagedBy] = "someone-else" }},
+		{"other-manager", node, func(p *corev1.Pod) { p.Labels[vmpod.LabelManagedBy] = "someone-else" }},
 	} {
 		p, socket := r.podDir(t, tc.name, tc.node, tc.change)
 		answer := make(chan error, 1)
@@ -321,53 +367,30 @@ func TestRunServesOnlyItsNodesVMPods(t *testing.T) {
 	}
 	require.Equal(t, 1, pollerGoroutines(), "the pollers: vm-0's only")
 
-	// What the agent asked the fake for is what the API server filters.
-	var lists, watches int
-	for _, a := range r.cs.Actions() {
-		if a.GetResource().Resource != "pods" {
-			continue
-		}
-		var l labels.Selector
-		var f fields.Selector
-		switch a := a.(type) {
-		case k8stesting.ListActionImpl:
-			lists++
-			l, f = a.ListRestrictions.Labels, a.ListRestrictions.Fields
-		case k8stesting.WatchActionImpl:
-			watches++
-			l, f = a.WatchRestrictions.Labels, a.WatchRestrictions.Fields
-		default:
-			continue
-		}
-		require.Equal(t, "spec.nodeName="+node, f.String(), a.GetVerb())
-		require.Equal(t, render.LabelManagedBy+"="+render.ManagedBy, l.String(), a.GetVerb())
-	}
-	require.Positive(t, lists)
-	require.Positive(t, watches)
+	// What the agent asked for is what the API server filters.
+	require.Equal(t, []url.Values{{
+		"fieldSelector": {"spec.nodeName=" + node},
+		"labelSelector": {vmpod.LabelManagedBy + "=" + vmpod.ManagedBy},
+	}}, r.api.queries)
 }
 
 // TestRunStopsPollers ends a pod the agent serves: its poller ends, and
 // a socket offered at its path again is not answered.
 func TestRunStopsPollers(t *testing.T) {
-	for name, end := range map[string]func(context.Context, *running, *corev1.Pod) error{
-		"deleted": func(ctx context.Context, r *running, p *corev1.Pod) error {
-			return r.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
-		},
-		"succeeded": func(ctx context.Context, r *running, p *corev1.Pod) error {
+	for name, end := range map[string]func(*fakeAPI, *corev1.Pod){
+		"deleted": (*fakeAPI).delete,
+		"succeeded": func(f *fakeAPI, p *corev1.Pod) {
 			p.Status.Phase = corev1.PodSucceeded
-			_, err := r.cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-			return err
+			f.set(p)
 		},
-		"failed": func(ctx context.Context, r *running, p *corev1.Pod) error {
+		"failed": func(f *fakeAPI, p *corev1.Pod) {
 			p.Status.Phase = corev1.PodFailed
-			_, err := r.cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-			return err
+			f.set(p)
 		},
 		// The API server's watch deletes the pod from the agent's view.
-		"unlabelled": func(ctx context.Context, r *running, p *corev1.Pod) error {
+		"unlabelled": func(f *fakeAPI, p *corev1.Pod) {
 			p.Labels = nil
-			_, err := r.cs.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
-			return err
+			f.set(p)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -376,7 +399,7 @@ func TestRunStopsPollers(t *testing.T) {
 			require.EqualError(t, ask(t, socket, answerWithin), refusal())
 			require.Equal(t, 1, pollerGoroutines())
 
-			require.NoError(t, end(t.Context(), r, pod))
+			end(r.api, pod)
 			eventually.Within(t, 5*time.Second, func() string {
 				if n := pollerGoroutines(); n != 0 {
 					return fmt.Sprintf("%d pollers", n)

@@ -10,12 +10,9 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sys/unix"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/vmop/vmop/pkg/nodeagent"
-	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // errRefused marks the answers to a container the agent does not trust.
@@ -43,17 +40,17 @@ func repository(image string) (string, error) {
 // repository, with vmop's command, arguments, environment and mounts,
 // unprivileged, in the pod's own namespaces, with no other container
 // that sees its processes.
-func (a *Agent) trustPod(pod *corev1.Pod) error {
-	if pod.Labels[render.LabelManagedBy] != render.ManagedBy {
-		return refuse("pod %s/%s is not labelled %s=%s", pod.Namespace, pod.Name, render.LabelManagedBy, render.ManagedBy)
+func (a *Agent) trustPod(pod *Pod) error {
+	if pod.Labels[vmpod.LabelManagedBy] != vmpod.ManagedBy {
+		return refuse("pod %s/%s is not labelled %s=%s", pod.Namespace, pod.Name, vmpod.LabelManagedBy, vmpod.ManagedBy)
 	}
 	if pod.Spec.HostNetwork || pod.Spec.HostPID || pod.Spec.HostIPC {
 		return refuse("pod %s/%s shares a namespace of the node: the agent acts only inside a pod's own", pod.Namespace, pod.Name)
 	}
-	if ptr.Deref(pod.Spec.ShareProcessNamespace, false) {
+	if p := pod.Spec.ShareProcessNamespace; p != nil && *p {
 		return refuse("pod %s/%s shares its process namespace: its other containers would reach the runner's processes", pod.Namespace, pod.Name)
 	}
-	volumes := map[string]corev1.Volume{}
+	volumes := map[string]Volume{}
 	for _, v := range pod.Spec.Volumes {
 		if v.HostPath != nil {
 			return refuse("pod %s/%s has a host path (volume %s)", pod.Namespace, pod.Name, v.Name)
@@ -65,7 +62,7 @@ func (a *Agent) trustPod(pod *corev1.Pod) error {
 	}
 	// asking: the image the spec names, of each container that may ask.
 	asking := map[string]string{}
-	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+	for _, c := range append(append([]Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		if !mounts(c, nodeagent.Volume) {
 			continue
 		}
@@ -78,7 +75,7 @@ func (a *Agent) trustPod(pod *corev1.Pod) error {
 		return refuse("no container of pod %s/%s mounts volume %s", pod.Namespace, pod.Name, nodeagent.Volume)
 	}
 	for _, e := range pod.Spec.EphemeralContainers {
-		if _, target := asking[e.TargetContainerName]; target || mounts(corev1.Container(e.EphemeralContainerCommon), nodeagent.Volume) {
+		if _, target := asking[e.TargetContainerName]; target || mounts(e.Container, nodeagent.Volume) {
 			return refuse("ephemeral container %s of pod %s/%s reaches the processes or the socket of a container the agent serves", e.Name, pod.Namespace, pod.Name)
 		}
 	}
@@ -90,8 +87,8 @@ func (a *Agent) trustPod(pod *corev1.Pod) error {
 // container runs the image before until the kubelet restarts it. Each
 // one that runs must run an image of a trusted repository, and the very
 // digest its spec names, if it names one.
-func (a *Agent) trustImages(pod *corev1.Pod, asking map[string]string) error {
-	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+func (a *Agent) trustImages(pod *Pod, asking map[string]string) error {
+	for _, s := range append(append([]ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		image, ok := asking[s.Name]
 		if !ok || s.State.Running == nil {
 			continue
@@ -124,12 +121,12 @@ func (a *Agent) trustImages(pod *corev1.Pod, asking map[string]string) error {
 // trustContainer says, in words after "container NAME", why c is not a
 // container of nodeagent.Containers, running vm-runner of a trusted
 // repository; nil if it is one.
-func (a *Agent) trustContainer(c corev1.Container, volumes map[string]corev1.Volume) error {
+func (a *Agent) trustContainer(c Container, volumes map[string]Volume) error {
 	repo, err := repository(c.Image)
 	if err != nil || !a.trusted[repo] {
 		return fmt.Errorf("runs image %s, not a vmop runner image the node agent trusts (%s)", c.Image, strings.Join(a.o.RunnerRepositories, ", "))
 	}
-	if sc := c.SecurityContext; sc != nil && (ptr.Deref(sc.Privileged, false) || sc.Capabilities != nil && len(sc.Capabilities.Add) > 0) {
+	if sc := c.SecurityContext; sc != nil && (sc.Privileged != nil && *sc.Privileged || sc.Capabilities != nil && len(sc.Capabilities.Add) > 0) {
 		return errors.New("is privileged or adds capabilities, and needs no node agent")
 	}
 	var shape *nodeagent.Container
@@ -153,7 +150,7 @@ func (a *Agent) trustContainer(c corev1.Container, volumes map[string]corev1.Vol
 	if c.WorkingDir != "" || c.Lifecycle != nil {
 		return errors.New("has a working directory or lifecycle hooks, which vmop does not set")
 	}
-	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+	for _, p := range []*Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
 		if p != nil && p.Exec != nil && !slices.Equal(p.Exec.Command, nodeagent.ReadinessCommand) && !slices.Equal(p.Exec.Command, nodeagent.LivenessCommand) {
 			return fmt.Errorf("has a probe that runs %q", p.Exec.Command)
 		}
@@ -164,7 +161,7 @@ func (a *Agent) trustContainer(c corev1.Container, volumes map[string]corev1.Vol
 		}
 		// An emptyDir may hold what another container left there.
 		if v := volumes[m.Name]; v.EmptyDir != nil && m.Name != nodeagent.Volume &&
-			(!shape.Scratch || path.Clean(m.MountPath) != runnerconfig.ImportScratchDir) {
+			(!shape.Scratch || path.Clean(m.MountPath) != vmpod.ImportScratchDir) {
 			return fmt.Errorf("mounts emptyDir %s at %s, where the %s vmop makes mounts none", m.Name, m.MountPath, shape.Name)
 		}
 	}
@@ -176,7 +173,7 @@ func (a *Agent) trustContainer(c corev1.Container, volumes map[string]corev1.Vol
 	return nil
 }
 
-func mounts(c corev1.Container, volume string) bool {
+func mounts(c Container, volume string) bool {
 	for _, m := range c.VolumeMounts {
 		if m.Name == volume {
 			return true
@@ -219,7 +216,7 @@ func (p *process) close() {
 // containers mount that emptyDir; trustPod made sure the pod shares no
 // namespace of the node. (Cgroup paths need not name the pod: that
 // depends on the kubelet's cgroup driver.)
-func (a *Agent) trustPeer(pod *corev1.Pod, pid, uid int, sock fileID) (*process, error) {
+func (a *Agent) trustPeer(pod *Pod, pid, uid int, sock fileID) (*process, error) {
 	if uid != nodeagent.RunnerUID {
 		return nil, refuse("the process that asks runs as uid %d, not the runner's %d", uid, nodeagent.RunnerUID)
 	}

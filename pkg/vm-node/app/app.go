@@ -10,17 +10,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-node/agent"
 	"github.com/vmop/vmop/pkg/vm-node/deviceplugin"
+	"github.com/vmop/vmop/pkg/vm-node/kubeapi"
 )
 
 // DefaultKubeletRootDir is the kubelet's default --root-dir.
@@ -34,7 +34,7 @@ type Options struct {
 	RunnerRepositories []string
 	DevicePluginDir    string
 
-	client kubernetes.Interface
+	client *kubeapi.Client
 	log    *slog.Logger
 }
 
@@ -64,7 +64,7 @@ side of its pod network, so that the VM pod itself needs no privilege.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means the pod's service account")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (a token or a client certificate); empty means the pod's service account")
 	f.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "the node this agent serves (default $NODE_NAME)")
 	f.StringVar(&o.KubeletRootDir, "kubelet-root-dir", DefaultKubeletRootDir, "the kubelet's --root-dir, which holds the pods' volumes")
 	f.StringArrayVar(&o.RunnerRepositories, "runner-repository", []string{version.Registry + "/" + version.RunnerImage},
@@ -73,16 +73,18 @@ side of its pod network, so that the VM pod itself needs no privilege.`,
 	return cmd
 }
 
-// Complete makes the client.
+// Complete makes the client: the pod's service account, or the
+// kubeconfig given.
 func (o *Options) Complete() error {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.Kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	cfg, err := kubeapi.InCluster()
+	if o.Kubeconfig != "" {
+		cfg, err = kubeapi.FromKubeconfig(o.Kubeconfig)
+	}
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "vm-node/" + version.Get()
-	o.client, err = kubernetes.NewForConfig(cfg)
+	o.client, err = kubeapi.New(cfg)
 	return err
 }
 
@@ -103,7 +105,10 @@ func (o *Options) Validate() error {
 // Run serves until ctx ends.
 func (o *Options) Run(ctx context.Context) error {
 	a, err := agent.New(agent.Options{
-		Client: o.client, NodeName: o.NodeName, KubeletRootDir: o.KubeletRootDir,
+		Watch: func(ctx context.Context, query url.Values, h kubeapi.Handler[agent.Pod]) error {
+			return kubeapi.Watch(ctx, o.client, "/api/v1/pods", query, h, o.log)
+		},
+		Create: o.client.Create, NodeName: o.NodeName, KubeletRootDir: o.KubeletRootDir,
 		RunnerRepositories: o.RunnerRepositories, Log: o.log,
 	})
 	if err != nil {

@@ -40,7 +40,7 @@ import (
 	"k8s.io/klog/v2"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // FieldManager owns what the operator applies, status included.
@@ -153,7 +153,7 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) *Controll
 // VM runner's are cached: the operator never needs the others, and a
 // cluster has many.
 func (c *Controller) watch(kube kubernetes.Interface, dyn dynamic.Interface, ns string) *scope {
-	selector := labels.Set{render.LabelName: render.NameRunner}.String()
+	selector := labels.Set{vmpod.LabelName: vmpod.NameRunner}.String()
 	kf := informers.NewSharedInformerFactoryWithOptions(kube, c.cfg.Resync,
 		informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
@@ -273,7 +273,7 @@ func (c *Controller) enqueueOwner(obj any) {
 		utilruntime.HandleError(err)
 		return
 	}
-	if vm := m.GetLabels()[render.LabelInstance]; vm != "" {
+	if vm := m.GetLabels()[vmpod.LabelInstance]; vm != "" {
 		c.queue.Add(cache.ObjectName{Namespace: m.GetNamespace(), Name: vm})
 	}
 }

@@ -33,6 +33,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // These tests follow kubernetes/sample-controller's controller_test.go:
@@ -335,8 +336,8 @@ func TestReconcileNewRunningVM(t *testing.T) {
 	display, err := f.kube.CoreV1().Secrets("ns").Get(ctx, "vm-display-secret", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, render.DisplaySecretLabels("vm"), display.Labels)
-	require.Equal(t, "now", display.StringData[runnerconfig.PasswordExpiryFile], "locked until a console sets a password")
-	require.Len(t, display.StringData[runnerconfig.DisplayPasswordFile], 32, "24 random bytes, base64")
+	require.Equal(t, "now", display.StringData[vmpod.PasswordExpiryFile], "locked until a console sets a password")
+	require.Len(t, display.StringData[vmpod.DisplayPasswordFile], 32, "24 random bytes, base64")
 
 	st := f.status()
 	require.Equal(t, int64(3), st.ObservedGeneration)

@@ -20,7 +20,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/pkg/vmstatus"
 )
 
@@ -163,8 +163,8 @@ func (c *Controller) ensureRunnerAccess(ctx context.Context, ns string) (string,
 func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMachine, w *writes) (string, string, error) {
 	name := render.DisplaySecretName(vm.Name)
 	sel := labels.SelectorFromSet(labels.Set{
-		render.LabelInstance:  vm.Name,
-		render.LabelComponent: render.ComponentDisplaySecret,
+		vmpod.LabelInstance:  vm.Name,
+		vmpod.LabelComponent: vmpod.ComponentDisplaySecret,
 	})
 	list, err := c.scopeOf(vm.Namespace).secrets.Secrets(vm.Namespace).List(sel)
 	if err != nil {
@@ -202,8 +202,8 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 		},
 		Type: corev1.SecretTypeOpaque,
 		StringData: map[string]string{
-			runnerconfig.DisplayPasswordFile: base64.RawURLEncoding.EncodeToString(pw),
-			runnerconfig.PasswordExpiryFile:  "now",
+			vmpod.DisplayPasswordFile: base64.RawURLEncoding.EncodeToString(pw),
+			vmpod.PasswordExpiryFile:  "now",
 		},
 	}
 	res, err := c.kube.CoreV1().Secrets(vm.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager, FieldValidation: fieldValidation})

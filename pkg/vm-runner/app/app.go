@@ -17,6 +17,7 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // exitError ends vm-runner with code. Execute prints err, when set, after
@@ -173,7 +174,7 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 // addConfigFlag is -c, the runner's config file, of every command that
 // reads it.
 func addConfigFlag(f *pflag.FlagSet, config *string) {
-	f.StringVarP(config, "config", "c", runnerconfig.ConfigDir+"/"+runnerconfig.ConfigFile, "the runner's config file")
+	f.StringVarP(config, "config", "c", vmpod.ConfigDir+"/"+vmpod.ConfigFile, "the runner's config file")
 }
 
 func newProbeCmd() *cobra.Command {

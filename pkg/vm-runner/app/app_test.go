@@ -20,6 +20,7 @@ import (
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // These tests run the command tree in the test's process: only paths
@@ -35,7 +36,7 @@ func execute(args ...string) (code int, stdout, stderr string) {
 // TestFlags pins each command's flags and defaults, which the rendered
 // pods, kubectl vm and users' scripts pass.
 func TestFlags(t *testing.T) {
-	config := runnerconfig.ConfigDir + "/" + runnerconfig.ConfigFile
+	config := vmpod.ConfigDir + "/" + vmpod.ConfigFile
 	runFlags := map[string]string{
 		"config": config, "template-dir": "[]", "qemu": "qemu-system-x86_64", "swtpm": "swtpm",
 		"spice-address": "0.0.0.0", "debug": "false",
@@ -48,12 +49,12 @@ func TestFlags(t *testing.T) {
 		"check":   runFlags,
 		"serial":  {"config": config, "follow": "false", "attach": "false", "who": "", "until-stdin-closes": "false"},
 		"connect": {"config": config, "port": "0"},
-		"import":  {"config": config, "scratch": runnerconfig.ImportScratchDir, "qemu-img": "qemu-img"},
+		"import":  {"config": config, "scratch": vmpod.ImportScratchDir, "qemu-img": "qemu-img"},
 		"disk receive": {
 			"disk": "", "device": "", "claim-size": "0", "records": "", "scratch": "", "size": "0",
 			"name": "stdin", "force": "false", "check": "false",
 		},
-		"disk fetch": {"from": runnerconfig.ContainerDiskDir, "to": "", "records": "", "disk": ""},
+		"disk fetch": {"from": vmpod.ContainerDiskDir, "to": "", "records": "", "disk": ""},
 		"disk wait":  {},
 		"copy-self":  {},
 	} {

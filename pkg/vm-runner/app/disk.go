@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmop/vmop/pkg/nodeagent"
-	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/containerdisk"
 	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // newDiskCmd is vm-runner disk: the uploader pod of kubectl vm disk upload
@@ -129,7 +129,7 @@ func newDiskFetchCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Dir, "from", runnerconfig.ContainerDiskDir, "the image's disk directory, whose one file is the disk")
+	f.StringVar(&o.Dir, "from", vmpod.ContainerDiskDir, "the image's disk directory, whose one file is the disk")
 	f.StringVar(&o.To, "to", "", "where the copy goes")
 	f.StringVar(&o.RecordDir, "records", "", "the directory of the VM's import records")
 	f.StringVar(&o.Disk, "disk", "", "the disk's volume name, which its import record is named after")

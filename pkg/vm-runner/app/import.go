@@ -12,6 +12,7 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-runner/importer"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // newImportCmd is vm-runner import, the init container of a VM pod whose
@@ -55,7 +56,7 @@ once only, before the runner starts the VM.`,
 	}
 	f := cmd.Flags()
 	addConfigFlag(f, &config)
-	f.StringVar(&scratch, "scratch", runnerconfig.ImportScratchDir, "where a download is staged (not the root file system)")
+	f.StringVar(&scratch, "scratch", vmpod.ImportScratchDir, "where a download is staged (not the root file system)")
 	f.StringVar(&qemuImg, "qemu-img", "qemu-img", "the qemu-img program")
 	usageCode(cmd, runnerconfig.ExitConfig)
 	return cmd

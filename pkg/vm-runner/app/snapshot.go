@@ -22,6 +22,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vm-runner/runnerdata"
 	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // newSnapshotCmd is vm-runner snapshot: what kubectl vm snapshot and
@@ -200,7 +201,7 @@ func newSnapshotDataCmd() *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", runnerconfig.DataDir, "the runner data's directory")
+	cmd.Flags().StringVar(&dir, "dir", vmpod.DataDir, "the runner data's directory")
 	usageCode(cmd, runnerconfig.ExitConfig)
 	return cmd
 }
@@ -224,7 +225,7 @@ func newSnapshotRestoreDataCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", runnerconfig.DataDir, "the runner data's directory")
+	cmd.Flags().StringVar(&dir, "dir", vmpod.DataDir, "the runner data's directory")
 	cmd.Flags().BoolVar(&clone, "clone", false, "for a clone: leave out the machine's uuid, so that the clone gets its own")
 	usageCode(cmd, runnerconfig.ExitConfig)
 	return cmd

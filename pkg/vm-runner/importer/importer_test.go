@@ -18,6 +18,7 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/diskimport"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/prereq"
 )
 
@@ -125,7 +126,7 @@ func TestRunOnce(t *testing.T) {
 	require.Equal(t, v1.ReasonImported, c.Reason)
 	require.Contains(t, c.Message, "disk root-disk: imported "+f.image+" (raw, 4Mi")
 	require.Equal(t, []string{v1.ReasonImporting, v1.ReasonImported}, rep.reasons())
-	rec, err := diskimport.ReadRecord(filepath.Join(f.cfg.DataDir, runnerconfig.ImportRecordDir), "root-disk")
+	rec, err := diskimport.ReadRecord(filepath.Join(f.cfg.DataDir, vmpod.ImportRecordDir), "root-disk")
 	require.NoError(t, err)
 	require.Equal(t, diskimport.StateDone, rec.State)
 
@@ -158,7 +159,7 @@ func TestRunFilesystemClaim(t *testing.T) {
 	f := newFixture(t)
 	claim := filepath.Join(t.TempDir(), "root-disk")
 	require.NoError(t, os.Mkdir(claim, 0o700))
-	f.disk = filepath.Join(claim, runnerconfig.DiskFileName)
+	f.disk = filepath.Join(claim, vmpod.DiskFileName)
 	f.cfg.VM.Drives[0].Resource, f.cfg.VM.Drives[0].ClaimSize = f.disk, 16<<20
 	rep := &recorder{}
 	require.NoError(t, f.run(t, rep))
@@ -167,7 +168,7 @@ func TestRunFilesystemClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 16<<20, fi.Size(), "the file has the claim's size")
 	require.Contains(t, rep.last().Message, "disk root-disk: imported ")
-	rec, err := diskimport.ReadRecord(filepath.Join(f.cfg.DataDir, runnerconfig.ImportRecordDir), "root-disk")
+	rec, err := diskimport.ReadRecord(filepath.Join(f.cfg.DataDir, vmpod.ImportRecordDir), "root-disk")
 	require.NoError(t, err)
 	require.Equal(t, diskimport.StateDone, rec.State)
 }
@@ -186,7 +187,7 @@ func TestRunContainerDisk(t *testing.T) {
 	_, err := os.Stat(f.image)
 	require.ErrorIs(t, err, os.ErrNotExist, "the copy is removed")
 	require.Contains(t, rep.last().Message, "disk root-disk: imported "+ref+" (raw, 4Mi")
-	rec, err := diskimport.ReadRecord(filepath.Join(f.cfg.DataDir, runnerconfig.ImportRecordDir), "root-disk")
+	rec, err := diskimport.ReadRecord(filepath.Join(f.cfg.DataDir, vmpod.ImportRecordDir), "root-disk")
 	require.NoError(t, err)
 	require.Equal(t, ref, rec.Source)
 }
@@ -243,7 +244,7 @@ func TestRunStandAlone(t *testing.T) {
 func TestRunInterrupted(t *testing.T) {
 	prereq.Commands(t, "qemu-utils", "qemu-img")
 	f := newFixture(t)
-	records := filepath.Join(f.cfg.DataDir, runnerconfig.ImportRecordDir)
+	records := filepath.Join(f.cfg.DataDir, vmpod.ImportRecordDir)
 	require.NoError(t, os.MkdirAll(records, 0o755))
 	require.NoError(t, diskimport.WriteRecord(records, diskimport.Record{Disk: "root-disk", Source: f.image2, State: diskimport.StateImporting}))
 	df, err := os.OpenFile(f.disk, os.O_WRONLY, 0)

@@ -15,6 +15,7 @@ import (
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/prereq"
 )
 
@@ -43,7 +44,7 @@ func exampleConfigs(t *testing.T) map[string]*runnerconfig.Config {
 			}
 			objs, problems, _ := render.FromJSON(d.JSON, render.StreamOptions{})
 			require.Empty(t, problems)
-			c, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[runnerconfig.ConfigFile]))
+			c, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[vmpod.ConfigFile]))
 			require.NoError(t, err)
 			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 			configs[name] = c

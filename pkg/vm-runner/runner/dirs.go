@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/runnerdata"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // inPod tells whether the runner runs in a Kubernetes pod.
@@ -28,7 +29,7 @@ func DataDir(c *runnerconfig.Config) string {
 		return c.DataDir
 	}
 	if inPod() {
-		return runnerconfig.DataDir
+		return vmpod.DataDir
 	}
 	base := os.Getenv("XDG_DATA_HOME")
 	if base == "" {
@@ -142,7 +143,7 @@ func dataRoomLow(dataDir string) string {
 // StatefulSet's: the template's name, then the pod's).
 func dataVolume(dataDir string) string {
 	if host, err := os.Hostname(); err == nil && inPod() {
-		return dataDir + ", claim " + runnerconfig.DataVolume + "-" + host
+		return dataDir + ", claim " + vmpod.DataVolume + "-" + host
 	}
 	return dataDir
 }

@@ -10,13 +10,14 @@ import (
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/diskimport"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // TestCheckDisksFilled: a disk whose upload or import did not finish is
 // not booted from; one filled, or never filled, is.
 func TestCheckDisksFilled(t *testing.T) {
 	data := t.TempDir()
-	records := filepath.Join(data, runnerconfig.ImportRecordDir)
+	records := filepath.Join(data, vmpod.ImportRecordDir)
 	vm := &runnerconfig.VM{Drives: []runnerconfig.Drive{
 		{Type: runnerconfig.DriveRaw, Resource: "/dev/system-disk"},
 		{Type: runnerconfig.DriveRaw, Resource: "/dev/data-disk"},
@@ -38,7 +39,7 @@ func TestCheckDisksFilled(t *testing.T) {
 func TestEnsureDiskFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "scratch-disk")
 	require.NoError(t, os.Mkdir(dir, 0o700))
-	file := filepath.Join(dir, runnerconfig.DiskFileName)
+	file := filepath.Join(dir, vmpod.DiskFileName)
 	vm := &runnerconfig.VM{Drives: []runnerconfig.Drive{
 		{Type: runnerconfig.DriveRaw, Resource: "/dev/system-disk"},
 		{Type: runnerconfig.DriveRaw, Resource: file, ClaimSize: 8 << 20},
@@ -49,6 +50,6 @@ func TestEnsureDiskFiles(t *testing.T) {
 	require.EqualValues(t, 8<<20, fi.Size())
 	require.Equal(t, "scratch-disk", vm.Drives[1].RecordName())
 
-	vm.Drives[1].Resource = filepath.Join(dir, "missing", runnerconfig.DiskFileName)
+	vm.Drives[1].Resource = filepath.Join(dir, "missing", vmpod.DiskFileName)
 	require.ErrorContains(t, ensureDiskFiles(vm), "disk missing: disk file ")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // liveState is what the runner changes while qemu runs: CPUs, the balloon,
@@ -393,7 +394,7 @@ func (l *liveState) finishCD(ctx context.Context, id string) error {
 // displayPassword reads the display Secret's password file next to the
 // config; nil when there is none.
 func (r *Runner) displayPassword() []byte {
-	b, err := os.ReadFile(filepath.Join(r.configDir, runnerconfig.DisplayPasswordFile))
+	b, err := os.ReadFile(filepath.Join(r.configDir, vmpod.DisplayPasswordFile))
 	if err != nil || len(bytes.TrimSpace(b)) == 0 {
 		return nil
 	}
@@ -411,7 +412,7 @@ func (l *liveState) updatePassword(ctx context.Context) error {
 	}
 	pw := r.displayPassword()
 	expiry := "never"
-	if b, err := os.ReadFile(filepath.Join(r.configDir, runnerconfig.PasswordExpiryFile)); err == nil && len(bytes.TrimSpace(b)) > 0 {
+	if b, err := os.ReadFile(filepath.Join(r.configDir, vmpod.PasswordExpiryFile)); err == nil && len(bytes.TrimSpace(b)) > 0 {
 		expiry = strings.TrimSpace(string(b))
 	}
 	if !r.machine.Ticketing {

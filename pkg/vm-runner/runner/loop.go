@@ -14,6 +14,7 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 const (
@@ -267,7 +268,7 @@ func guestShutdownIn(events <-chan qmp.Event) bool {
 // file, the display password files, or a ConfigMap/Secret volume swap.
 func (r *Runner) watched(path string) bool {
 	switch filepath.Base(path) {
-	case filepath.Base(r.opts.ConfigFile), runnerconfig.DisplayPasswordFile, runnerconfig.PasswordExpiryFile, "..data":
+	case filepath.Base(r.opts.ConfigFile), vmpod.DisplayPasswordFile, vmpod.PasswordExpiryFile, "..data":
 		return true
 	}
 	return false

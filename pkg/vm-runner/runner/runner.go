@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmop/vmop/pkg/kvm"
+	"github.com/vmop/vmop/pkg/vmpod"
 
 	"github.com/vmop/vmop/pkg/cloudinit"
 	"github.com/vmop/vmop/pkg/podnet"
@@ -356,7 +357,7 @@ func (r *Runner) cloudInit() (string, error) {
 		}
 	} else {
 		var ok bool
-		d, ok, err = cloudinit.FromDir(filepath.Join(r.configDir, runnerconfig.CloudInitDir))
+		d, ok, err = cloudinit.FromDir(filepath.Join(r.configDir, vmpod.CloudInitDir))
 		if err != nil || !ok {
 			return "", err
 		}

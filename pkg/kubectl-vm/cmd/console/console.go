@@ -37,6 +37,7 @@ import (
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // Viewer is the SPICE client that the command launches (from virt-viewer).
@@ -81,7 +82,7 @@ through pods/exec, the password on stdin), which sets it at once and says
 so. The password lets a client log in for --expiry from then on; a
 connected client stays connected. Where pods/exec is refused or the pod
 runs an older runner, the command writes the password into the VM's
-display Secret instead (labelled ` + render.LabelComponent + `=` + render.ComponentDisplaySecret + `, else
+display Secret instead (labelled ` + vmpod.LabelComponent + `=` + vmpod.ComponentDisplaySecret + `, else
 <vm>-display-secret; created when missing) and, with a VirtualMachine,
 waits until the runner reports it applied (status.displayPasswordSerial).
 A VM's display is locked until then, unless the VM opts out with the
@@ -359,8 +360,8 @@ func (o *Options) writePassword(ctx context.Context, vm *vmclient.VM, password, 
 	if secret.Data == nil {
 		secret.Data = map[string][]byte{}
 	}
-	secret.Data[runnerconfig.DisplayPasswordFile] = []byte(password)
-	secret.Data[runnerconfig.PasswordExpiryFile] = []byte(expiry)
+	secret.Data[vmpod.DisplayPasswordFile] = []byte(password)
+	secret.Data[vmpod.PasswordExpiryFile] = []byte(expiry)
 	secrets := c.Kube.CoreV1().Secrets(vm.Namespace)
 	opts := metav1.CreateOptions{FieldManager: vmclient.FieldManager}
 	if created {
@@ -411,7 +412,7 @@ func (o *Options) displaySecret(ctx context.Context, vm *vmclient.VM) (*corev1.S
 	c := o.client
 	secrets := c.Kube.CoreV1().Secrets(vm.Namespace)
 	name := render.DisplaySecretName(vm.Name)
-	sel := labels.SelectorFromSet(labels.Set{render.LabelInstance: vm.Name, render.LabelComponent: render.ComponentDisplaySecret})
+	sel := labels.SelectorFromSet(labels.Set{vmpod.LabelInstance: vm.Name, vmpod.LabelComponent: vmpod.ComponentDisplaySecret})
 	list, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
 		return nil, c.Explain(err)

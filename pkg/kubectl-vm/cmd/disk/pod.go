@@ -9,6 +9,7 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // Paths and names in the uploader pod.
@@ -41,7 +42,7 @@ func (t *target) diskPath() string {
 // RecordDir is where the receiver keeps its records: the import records
 // of the VM's runner data, which the VM's own import (vm-runner import)
 // reads too.
-var RecordDir = runnerconfig.ImportRecords(runnerconfig.DataDir)
+var RecordDir = runnerconfig.ImportRecords(vmpod.DataDir)
 
 // uploaderPod is the helper pod that holds the disk's claim for the
 // upload (pkg/kubectl-vm/helperpod), with the VM's runner data for the
@@ -53,8 +54,8 @@ func uploaderPod(t *target) (*corev1.Pod, error) {
 	}
 	return helperpod.New(t.sts, PodName(t.sts.Name), ComponentDiskUpload, []helperpod.Volume{
 		disk,
-		{Name: render.VolumeRunnerData, Claim: helperpod.ClaimName(t.sts, render.VolumeRunnerData), Path: runnerconfig.DataDir},
-		{Name: volumeScratch, Path: runnerconfig.ImportScratchDir},
+		{Name: render.VolumeRunnerData, Claim: helperpod.ClaimName(t.sts, render.VolumeRunnerData), Path: vmpod.DataDir},
+		{Name: volumeScratch, Path: vmpod.ImportScratchDir},
 	})
 }
 
@@ -65,7 +66,7 @@ func receiveCommand(t *target, name string, size int64, force bool) []string {
 		"--disk", t.disk,
 		"--device", t.diskPath(),
 		"--records", RecordDir,
-		"--scratch", runnerconfig.ImportScratchDir,
+		"--scratch", vmpod.ImportScratchDir,
 		"--size", strconv.FormatInt(size, 10),
 		"--name", name,
 	}

@@ -11,7 +11,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
-	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // What a drain of its node does to a VM, in the DRAIN column of --node.
@@ -29,7 +29,7 @@ func (o *Options) onNode(ctx context.Context, vms []*vmclient.VM) ([]*vmclient.V
 	if o.AllNamespaces {
 		ns = metav1.NamespaceAll
 	}
-	sel := metav1.ListOptions{LabelSelector: render.LabelName + "=" + render.NameRunner}
+	sel := metav1.ListOptions{LabelSelector: vmpod.LabelName + "=" + vmpod.NameRunner}
 	pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
 		LabelSelector: sel.LabelSelector,
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", o.Node).String(),
@@ -48,12 +48,12 @@ func (o *Options) onNode(ctx context.Context, vms []*vmclient.VM) ([]*vmclient.V
 	}
 	waits := map[string]bool{}
 	for _, b := range budgets.Items {
-		waits[b.Namespace+"/"+b.Labels[render.LabelInstance]] = true
+		waits[b.Namespace+"/"+b.Labels[vmpod.LabelInstance]] = true
 	}
 	drains := map[string]string{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		key := p.Namespace + "/" + p.Labels[render.LabelInstance]
+		key := p.Namespace + "/" + p.Labels[vmpod.LabelInstance]
 		if waits[key] {
 			drains[key] = drainWaits
 			continue

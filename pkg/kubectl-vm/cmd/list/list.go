@@ -22,7 +22,7 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/status"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/manifest"
-	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // outputWide adds columns to the table.
@@ -176,7 +176,7 @@ func (o *Options) views(ctx context.Context, vms []*vmclient.VM) ([]*status.View
 		if o.AllNamespaces {
 			ns = metav1.NamespaceAll
 		}
-		sel := metav1.ListOptions{LabelSelector: render.LabelName + "=" + render.NameRunner}
+		sel := metav1.ListOptions{LabelSelector: vmpod.LabelName + "=" + vmpod.NameRunner}
 		podList, err := c.Kube.CoreV1().Pods(ns).List(ctx, sel)
 		if err != nil {
 			return nil, c.Explain(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 const example = `  # What a VM is asked to do and what it does
@@ -159,7 +160,7 @@ func (o *Options) print(v *View, pvcs []corev1.PersistentVolumeClaim) error {
 	for _, d := range spec.Drives {
 		if d.Type == runnerconfig.DriveCDROM {
 			// As the spec names it: relative to the image repository.
-			field(fmt.Sprintf("CD drive %d", drive), cmp.Or(strings.TrimPrefix(d.File, runnerconfig.ImageRepositoryDir+"/"), "<empty>"))
+			field(fmt.Sprintf("CD drive %d", drive), cmp.Or(strings.TrimPrefix(d.File, vmpod.ImageRepositoryDir+"/"), "<empty>"))
 			drive++
 		}
 	}

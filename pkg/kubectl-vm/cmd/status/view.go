@@ -22,6 +22,7 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/pkg/vmstatus"
 )
 
@@ -123,7 +124,7 @@ func NewView(vm *vmclient.VM, pod *corev1.Pod, cm *corev1.ConfigMap) *View {
 		v.ConfigErr = fmt.Errorf("configmap %s/%s not found", vm.Namespace, vm.Name)
 		return v
 	}
-	v.Config, v.ConfigErr = runnerconfig.Parse([]byte(cm.Data[runnerconfig.ConfigFile]))
+	v.Config, v.ConfigErr = runnerconfig.Parse([]byte(cm.Data[vmpod.ConfigFile]))
 	if v.ConfigErr != nil {
 		v.ConfigErr = fmt.Errorf("configmap %s/%s: %w", vm.Namespace, vm.Name, v.ConfigErr)
 	}
@@ -339,7 +340,7 @@ func displaySecret(sts *appsv1.StatefulSet) string {
 				continue
 			}
 			for _, item := range src.Secret.Items {
-				if item.Key == runnerconfig.DisplayPasswordFile {
+				if item.Key == vmpod.DisplayPasswordFile {
 					return src.Secret.Name
 				}
 			}
