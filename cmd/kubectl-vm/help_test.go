@@ -27,7 +27,7 @@ func TestHelpExamples(t *testing.T) {
 		if cmd == "help" {
 			continue
 		}
-		r := runCmd(t, "", t.TempDir(), plugin, cmd, "--help")
+		r := runCmd(t, "", t.TempDir(), plugin(t), cmd, "--help")
 		require.Zero(t, r.code, r.stderr)
 		require.Contains(t, r.stdout, "\nExamples:\n  # ", "kubectl vm %s --help", cmd)
 	}

@@ -33,7 +33,7 @@ func TestHostileHugeInput(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			in := hostile.NewDocument(c.head, c.line, hostile.HugeSize)
-			r := runReader(t, nil, in, t.TempDir(), plugin, c.args...)
+			r := runReader(t, nil, in, t.TempDir(), plugin(t), c.args...)
 			rss := r.state.SysUsage().(*syscall.Rusage).Maxrss << 10 // KiB on Linux
 			t.Logf("read %.1f MiB, peak RSS %.1f MiB", float64(in.BytesRead())/(1<<20), float64(rss)/(1<<20))
 			require.Equal(t, 1, r.code)

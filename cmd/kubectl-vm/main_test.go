@@ -22,20 +22,29 @@ import (
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
 
 // These tests run the real plugin binary, through the real kubectl where
 // kubectl is involved.
 
-var (
-	moduleRoot string
-	binDir     string // holds the built kubectl-vm and kubectl_complete-vm
-	plugin     string // binDir/kubectl-vm
-)
+var moduleRoot string
 
 // testVersion is the version the binaries are built with, so that their
 // output does not depend on the checkout.
 const testVersion = "v0.0.0-test"
+
+var versionFlags = []string{"-ldflags", "-X github.com/vmop/vmop/pkg/version.Version=" + testVersion}
+
+// plugin is the built kubectl-vm, beside kubectl_complete-vm in binDir.
+func plugin(t *testing.T) string {
+	t.Helper()
+	vmopbin.Build(t, "kubectl_complete-vm", versionFlags...)
+	return vmopbin.Build(t, "kubectl-vm", versionFlags...)
+}
+
+// binDir holds the built kubectl-vm and kubectl_complete-vm.
+func binDir(t *testing.T) string { return filepath.Dir(plugin(t)) }
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
@@ -47,20 +56,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if binDir, err = os.MkdirTemp("", "kubectl-vm-e2e-*"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(binDir)
-	plugin = filepath.Join(binDir, "kubectl-vm")
-	build := exec.Command("go", "build", "-ldflags", "-X github.com/vmop/vmop/pkg/version.Version="+testVersion,
-		"-o", binDir+string(os.PathSeparator), "./cmd/kubectl-vm", "./cmd/kubectl_complete-vm")
-	build.Dir = moduleRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kubectl-vm and kubectl_complete-vm: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
+	return vmopbin.Main(m)
 }
 
 type result struct {
@@ -88,7 +84,7 @@ func runReader(t *testing.T, env []string, stdin io.Reader, dir, name string, ar
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(),
-		"PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"PATH="+binDir(t)+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"KUBECONFIG="+filepath.Join(t.TempDir(), "no-kubeconfig"),
 	), env...)
 	cmd.Stdin = stdin
@@ -115,15 +111,15 @@ func kubectl(t *testing.T) string {
 
 func TestPluginList(t *testing.T) {
 	r := runCmd(t, "", t.TempDir(), kubectl(t), "plugin", "list", "--name-only=false")
-	require.Contains(t, strings.Split(r.stdout, "\n"), plugin, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	require.NotContains(t, r.stderr, plugin, "no warning about our plugin")
+	require.Contains(t, strings.Split(r.stdout, "\n"), plugin(t), "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.NotContains(t, r.stderr, plugin(t), "no warning about our plugin")
 }
 
 func TestRenderThroughKubectl(t *testing.T) {
 	const example = "../../examples/local-path-test-vm.yaml"
 	viaKubectl := runCmd(t, "", "", kubectl(t), "vm", "render", "-f", example)
 	require.Zero(t, viaKubectl.code, viaKubectl.stderr)
-	direct := runCmd(t, "", "", plugin, "render", "-f", example)
+	direct := runCmd(t, "", "", plugin(t), "render", "-f", example)
 	require.Zero(t, direct.code, direct.stderr)
 	require.NotEmpty(t, direct.stdout)
 	require.Equal(t, direct.stdout, viaKubectl.stdout)
@@ -152,7 +148,7 @@ spec:
     maximumRam: 4Gx
     currentRam: 1Gi
 `), 0o644))
-	r := runCmd(t, "", t.TempDir(), plugin, "render", "-f", bad)
+	r := runCmd(t, "", t.TempDir(), plugin(t), "render", "-f", bad)
 	require.Equal(t, 1, r.code)
 	require.Empty(t, r.stdout)
 	require.Equal(t, bad+": document 1: bad-vm: spec.vm.currentCpus: Invalid value: 4: must not exceed maximumCpus (2)\n"+
@@ -173,14 +169,14 @@ items:
   spec:
     vm: {}
 `
-	r := runCmd(t, in, t.TempDir(), plugin)
+	r := runCmd(t, in, t.TempDir(), plugin(t))
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, "kind: ResourceList")
 	require.Contains(t, r.stdout, "kind: StatefulSet")
 	require.NotContains(t, r.stdout, "kind: VirtualMachine")
 
 	bad := strings.Replace(in, "vm: {}", "vm: {state: Paused}", 1)
-	r = runCmd(t, bad, t.TempDir(), plugin)
+	r = runCmd(t, bad, t.TempDir(), plugin(t))
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stdout, "severity: error")
 	require.Contains(t, r.stdout, "path: spec.vm.state")
@@ -198,7 +194,7 @@ func kustomizeDir(t *testing.T) string {
 	for _, e := range entries {
 		copyFile(t, filepath.Join(src, e.Name()), filepath.Join(dir, e.Name()), 0o644)
 	}
-	copyFile(t, plugin, filepath.Join(dir, "kubectl-vm"), 0o755)
+	copyFile(t, plugin(t), filepath.Join(dir, "kubectl-vm"), 0o755)
 	return dir
 }
 
@@ -225,7 +221,7 @@ func TestKustomizeFunction(t *testing.T) {
 	out, err := resMap.AsYaml()
 	require.NoError(t, err)
 
-	want := runCmd(t, "", dir, plugin, "render", "-f", "test-vm.yaml")
+	want := runCmd(t, "", dir, plugin(t), "render", "-f", "test-vm.yaml")
 	require.Zero(t, want.code, want.stderr)
 	assertSameObjects(t, want.stdout, string(out))
 }
@@ -239,7 +235,7 @@ func TestKubectlKustomize(t *testing.T) {
 	dir := kustomizeDir(t)
 	r := runCmd(t, "", t.TempDir(), k, "kustomize", "--enable-alpha-plugins", "--enable-exec", dir)
 	if r.code == 0 {
-		want := runCmd(t, "", dir, plugin, "render", "-f", "test-vm.yaml")
+		want := runCmd(t, "", dir, plugin(t), "render", "-f", "test-vm.yaml")
 		assertSameObjects(t, want.stdout, r.stdout)
 		t.Log("kubectl kustomize runs exec functions: update examples/kustomize/kustomization.yaml")
 		return

@@ -34,7 +34,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmtest"
 )
 
 // applyManager is the operator's field manager, so that the dry runs see
@@ -47,9 +47,8 @@ const applyManager = "vm-operator"
 // changes nothing, and each error case is caught by the schema or by Go.
 // One cluster serves all subtests; it takes seconds to start.
 func TestRenderOnAPIServer(t *testing.T) {
-	c := testcluster.New(t)
+	c := vmtest.NewCluster(t)
 	ctx := t.Context()
-	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))
 	env := newAPIEnv(t, c.Config)
 
 	examples, err := filepath.Glob(filepath.Join("..", "..", "examples", "*.yaml"))

@@ -30,6 +30,7 @@ import (
 	"github.com/vmop/vmop/test/harness/gitops"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testnode"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
 
 var (
@@ -60,6 +61,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	cleanup, err := vmopbin.Setup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanup()
 	archives, err := build(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "building:", err)
@@ -151,11 +158,11 @@ func build(dir string) ([]string, error) {
 	for _, b := range gitopsBuild.Images {
 		archives = append(archives, b.Archive)
 	}
-	binDir = filepath.Join(dir, "bin")
-	cmd := exec.Command("go", "build", "-o", binDir+"/", "github.com/vmop/vmop/cmd/kubectl-vm")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build kubectl-vm: %w\n%s", err, out)
+	plugin, err := vmopbin.Path("kubectl-vm")
+	if err != nil {
+		return nil, err
 	}
+	binDir = filepath.Dir(plugin)
 	return archives, nil
 }
 

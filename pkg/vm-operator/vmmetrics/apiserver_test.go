@@ -10,12 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/test/harness/eventually"
-	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmtest"
 )
 
 // On a real API server: the VMs are created with the CRD, their statuses
@@ -25,15 +24,9 @@ import (
 // holds them. The metrics equal those of the manifests, and a deleted
 // VM's series are gone once the informer has seen the delete.
 func TestInformerCacheOnAPIServer(t *testing.T) {
-	c := testcluster.New(t)
+	c := vmtest.NewCluster(t, "prod", "dev")
 	ctx := t.Context()
-	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))
-	for _, ns := range []string{"prod", "dev"} {
-		require.NoError(t, c.CreateNamespace(ctx, ns))
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
-	require.NoError(t, err)
-	vms := dyn.Resource(v1.GroupVersionResource)
+	vms := c.VMs
 	for _, m := range []string{webVM, brokenVM, freshVM} {
 		u := vm(t, m)
 		st, hasStatus := u.Object["status"].(map[string]any)
@@ -59,7 +52,7 @@ func TestInformerCacheOnAPIServer(t *testing.T) {
 		}
 	}
 
-	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(c.Dyn, 0)
 	informer := factory.ForResource(v1.GroupVersionResource)
 	informer.Informer() // registers it before Start
 	factory.Start(ctx.Done())

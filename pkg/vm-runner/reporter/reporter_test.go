@@ -30,7 +30,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
-	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmtest"
 )
 
 const gib = 1 << 30
@@ -48,7 +48,7 @@ func testOptions() options {
 type env struct {
 	t   *testing.T
 	cfg *rest.Config
-	dyn *dynamic.DynamicClient
+	dyn dynamic.Interface
 	cs  *kubernetes.Clientset
 }
 
@@ -66,13 +66,10 @@ var guest = guestagent.Info{
 }
 
 func TestReporter(t *testing.T) {
-	c := testcluster.New(t)
+	c := vmtest.NewCluster(t)
 	ctx := t.Context()
-	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))
-	e := &env{t: t, cfg: c.Config}
+	e := &env{t: t, cfg: c.Config, dyn: c.Dyn}
 	var err error
-	e.dyn, err = dynamic.NewForConfig(c.Config)
-	require.NoError(t, err)
 	e.cs, err = kubernetes.NewForConfig(c.Config)
 	require.NoError(t, err)
 

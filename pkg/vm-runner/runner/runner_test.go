@@ -8,12 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 
 	"github.com/vmop/vmop/test/harness/freeport"
 
@@ -27,40 +27,15 @@ import (
 	"github.com/vmop/vmop/test/harness/spicetest"
 )
 
-// vmRunnerDir holds the vm-runner binary, built once for the tests that
-// run it as a pod would, with signals and exit codes.
-var (
-	vmRunnerDir   string
-	vmRunnerBuild sync.Once
-	vmRunnerErr   error
-)
-
-// vmRunner builds the binary at the first call; the unit tests never pay
-// for it.
+// vmRunner is the vm-runner binary, for the tests that run it as a pod
+// would, with signals and exit codes; the unit tests never build it.
 func vmRunner(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(vmRunnerDir, "vm-runner")
-	vmRunnerBuild.Do(func() {
-		out, err := exec.Command("go", "build", "-o", bin, "github.com/vmop/vmop/cmd/vm-runner").CombinedOutput()
-		if err != nil {
-			vmRunnerErr = fmt.Errorf("building vm-runner: %w\n%s", err, out)
-		}
-	})
-	if vmRunnerErr != nil {
-		t.Fatal(vmRunnerErr)
-	}
-	return bin
+	return vmopbin.Build(t, "vm-runner")
 }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "vm-runner-test")
-	if err != nil {
-		panic(err)
-	}
-	vmRunnerDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(vmopbin.Main(m))
 }
 
 // vm is one vm-runner process with its files.

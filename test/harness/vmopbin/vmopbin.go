@@ -20,47 +20,65 @@ var (
 	mu    sync.Mutex
 	dir   string                // set by Main
 	built = map[string]string{} // by name and build flags
+	dirs  = map[string]string{} // by build flags: commands built alike share one
 )
 
-// Main runs a package's tests with a directory for the binaries, and
-// removes it after; a TestMain that builds with Build calls it:
-// os.Exit(vmopbin.Main(m)).
-func Main(m *testing.M) int {
+// Setup makes the directory for the binaries; a TestMain that builds
+// with Build or Path calls it (or Main) first and calls cleanup last.
+func Setup() (cleanup func(), err error) {
 	d, err := os.MkdirTemp("", "vmop-bin-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "vmopbin:", err)
-		return 1
+		return nil, fmt.Errorf("vmopbin: %w", err)
 	}
 	mu.Lock()
 	dir = d
 	mu.Unlock()
-	defer os.RemoveAll(d)
+	return func() { os.RemoveAll(d) }, nil
+}
+
+// Main runs a package's tests between Setup and its cleanup:
+// os.Exit(vmopbin.Main(m)).
+func Main(m *testing.M) int {
+	cleanup, err := Setup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanup()
 	return m.Run()
 }
 
 // Build returns the path of cmd/name of this module built with the
 // images' build tags and the given go build flags (e.g. "-ldflags",
-// "-X ..."), building it on first use.
+// "-X ..."), building it on first use. Commands built with the same flags
+// are in the same directory, to be put on a PATH together.
 func Build(tb testing.TB, name string, flags ...string) string {
 	tb.Helper()
-	path, err := build(name, flags)
+	path, err := Path(name, flags...)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return path
 }
 
-func build(name string, flags []string) (string, error) {
+// Path is Build for code outside a test, such as a TestMain's setup.
+func Path(name string, flags ...string) (string, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if dir == "" {
-		return "", fmt.Errorf("vmopbin.Build(%q): call vmopbin.Main from the package's TestMain", name)
+		return "", fmt.Errorf("vmopbin.Build(%q): call vmopbin.Main or Setup from the package's TestMain", name)
 	}
 	key := strings.Join(append([]string{name}, flags...), "\x00")
 	if path, ok := built[key]; ok {
 		return path, nil
 	}
-	out := filepath.Join(dir, fmt.Sprint(len(built)), name)
+	flagsKey := strings.Join(flags, "\x00")
+	sub, ok := dirs[flagsKey]
+	if !ok {
+		sub = filepath.Join(dir, fmt.Sprint(len(dirs)))
+		dirs[flagsKey] = sub
+	}
+	out := filepath.Join(sub, name)
 	args := append(append([]string{"build", "-tags", imagebuild.Tags, "-o", out}, flags...), "github.com/vmop/vmop/cmd/"+name)
 	if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, b)

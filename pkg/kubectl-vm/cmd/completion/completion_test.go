@@ -10,16 +10,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
-	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/completion"
 	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmtest"
 )
 
 // run runs a root command with the completion command under it.
@@ -98,21 +95,11 @@ func complete(t *testing.T, args ...string) []string {
 // TestOnAPIServer completes VM names, namespaces and contexts from a real
 // kube-apiserver.
 func TestOnAPIServer(t *testing.T) {
-	c := testcluster.New(t)
-	ctx := t.Context()
-	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))
-	dyn, err := dynamic.NewForConfig(c.Config)
-	require.NoError(t, err)
-	for ns, names := range map[string][]string{"vms": {"web-2", "db", "web-1"}, "other": {"elsewhere"}} {
-		require.NoError(t, c.CreateNamespace(ctx, ns))
+	vms := map[string][]string{"vms": {"web-2", "db", "web-1"}, "other": {"elsewhere"}}
+	c := vmtest.NewCluster(t, "vms", "other")
+	for ns, names := range vms {
 		for _, name := range names {
-			_, err := dyn.Resource(v1.GroupVersionResource).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": v1.APIVersion,
-				"kind":       v1.Kind,
-				"metadata":   map[string]any{"name": name},
-				"spec":       map[string]any{"vm": map[string]any{}},
-			}}, metav1.CreateOptions{})
-			require.NoError(t, err)
+			c.CreateVM(t, ns, name, map[string]any{})
 		}
 	}
 	kc := []string{"--kubeconfig", c.Kubeconfig}

@@ -9,11 +9,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmtest"
 )
 
 // TestOnAPIServer creates VMs on a real kube-apiserver with the CRD: what
@@ -21,14 +21,10 @@ import (
 // runs store nothing, bad input sends nothing, and the right to create
 // VirtualMachines is all the command needs.
 func TestOnAPIServer(t *testing.T) {
-	c := testcluster.New(t)
-	ctx := t.Context()
-	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))
 	const ns = "vms"
-	require.NoError(t, c.CreateNamespace(ctx, ns))
-	dyn, err := dynamic.NewForConfig(c.Config)
-	require.NoError(t, err)
-	vms := dyn.Resource(v1.GroupVersionResource).Namespace(ns)
+	c := vmtest.NewCluster(t, ns)
+	ctx := t.Context()
+	vms := c.VMs.Namespace(ns)
 	kc := []string{"--kubeconfig", c.Kubeconfig, "-n", ns}
 	with := func(args ...string) []string { return append(append([]string{}, kc...), args...) }
 	flags := []string{"--cpus", "2", "--ram", "2Gi", "--disk", "10Gi,fast", "--cdrom", "installer.iso", "--ssh-key", sshKey, "--running"}
@@ -67,7 +63,7 @@ func TestOnAPIServer(t *testing.T) {
 	t.Run("kubeconfig namespace", func(t *testing.T) {
 		r := run(t, "--kubeconfig", c.Kubeconfig, "create", "elsewhere")
 		require.NoError(t, r.Err)
-		_, err := dyn.Resource(v1.GroupVersionResource).Namespace("default").Get(ctx, "elsewhere", metav1.GetOptions{})
+		_, err := c.VMs.Namespace("default").Get(ctx, "elsewhere", metav1.GetOptions{})
 		require.NoError(t, err, "without -n, the kubeconfig's namespace")
 	})
 

@@ -8,14 +8,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/test/harness/golden"
 	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmtest"
 )
 
 // TestOnAPIServer exposes a VirtualMachine on a real kube-apiserver with
@@ -25,20 +24,10 @@ import (
 // test/e2e runs it in both modes as a vm-user, with the controllers and a
 // pod.
 func TestOnAPIServer(t *testing.T) {
-	c := testcluster.New(t)
-	ctx := t.Context()
-	require.NoError(t, c.InstallCRD(ctx, v1.CRDManifest))
 	const ns = "vms"
-	require.NoError(t, c.CreateNamespace(ctx, ns))
-	dyn, err := dynamic.NewForConfig(c.Config)
-	require.NoError(t, err)
-	vm, err := dyn.Resource(v1.GroupVersionResource).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1.APIVersion,
-		"kind":       v1.Kind,
-		"metadata":   map[string]any{"name": "web"},
-		"spec":       map[string]any{"vm": map[string]any{"networks": []any{map[string]any{"user": map[string]any{}}}}},
-	}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	c := vmtest.NewCluster(t, ns)
+	ctx := t.Context()
+	vm := c.CreateVM(t, ns, "web", map[string]any{"networks": []any{map[string]any{"user": map[string]any{}}}})
 	services := c.Client().CoreV1().Services(ns)
 	with := func(args ...string) []string {
 		return append([]string{"--kubeconfig", c.Kubeconfig, "-n", ns}, args...)

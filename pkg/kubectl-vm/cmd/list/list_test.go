@@ -21,7 +21,7 @@ import (
 	"github.com/vmop/vmop/test/harness/golden"
 	"github.com/vmop/vmop/test/harness/plugintest"
 	"github.com/vmop/vmop/test/harness/prereq"
-	"github.com/vmop/vmop/test/harness/testcluster"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 	"github.com/vmop/vmop/test/harness/vmtest"
 )
 
@@ -29,6 +29,10 @@ import (
 // "go test ./pkg/kubectl-vm/cmd/list -update".
 
 // run runs "kubectl vm ARGS" against e, with e's clock.
+func TestMain(m *testing.M) {
+	os.Exit(vmopbin.Main(m))
+}
+
 func run(t *testing.T, e *vmtest.Env, args ...string) plugintest.Result {
 	t.Helper()
 	return e.Run(t, func(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
@@ -127,13 +131,7 @@ func TestList(t *testing.T) {
 // table is the golden one (but for the real ages), and an error is one
 // line on stderr with exit code 1.
 func throughKubectl(t *testing.T, e *vmtest.Env) {
-	root, err := testcluster.ModuleRoot()
-	require.NoError(t, err)
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "kubectl-vm"), "./cmd/kubectl-vm")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := filepath.Dir(vmopbin.Build(t, "kubectl-vm"))
 	prereq.Commands(t, "kubectl", "kubectl")
 	kubectlBin, err := exec.LookPath("kubectl")
 	require.NoError(t, err)
