@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
+	"github.com/vmop/vmop/pkg/runnerexec"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/ptytest"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
@@ -134,7 +134,7 @@ func (s *serialTerminal) write(t testing.TB, in string) {
 // leave types Ctrl-], which must end the command with exit code 0.
 func (s *serialTerminal) leave(t testing.TB) {
 	t.Helper()
-	s.write(t, string([]byte{serialconsole.Escape}))
+	s.write(t, string([]byte{runnerexec.Escape}))
 	select {
 	case err := <-s.exited:
 		s.exited = nil

@@ -298,7 +298,8 @@ type VirtualMachineStatus struct {
 	LoggedInUser          string `json:"loggedInUser,omitempty"`
 	DisplayPasswordSerial int64  `json:"displayPasswordSerial,omitempty"`
 	// OSInfo is the guest agent's guest-get-osinfo answer, as VM-Operator
-	// keeps it (id, name, pretty-name, version-id, kernel-release, ...).
+	// keeps it (id, name, pretty-name, version-id, kernel-release, ...):
+	// an OSInfo, free-form so that a field the agent adds is kept.
 	OSInfo *FreeForm `json:"osinfo,omitempty"`
 	// Hostname, Interfaces and GuestAgentVersion come from the guest agent
 	// while it is connected (the Booted condition).
@@ -321,4 +322,17 @@ type Assignment struct {
 	Pool     string `json:"pool,omitempty"`
 	User     string `json:"user,omitempty"`
 	LastUsed string `json:"lastUsed,omitempty"`
+}
+
+// OSInfo is what the runner writes into status.osinfo, and the plugin
+// reads: the guest agent's guest-get-osinfo answer (os-release and uname).
+// +k8s:deepcopy-gen=false
+type OSInfo struct {
+	ID            string `json:"id,omitempty"`
+	Name          string `json:"name,omitempty"`
+	PrettyName    string `json:"pretty-name,omitempty"`
+	Version       string `json:"version,omitempty"`
+	VersionID     string `json:"version-id,omitempty"`
+	KernelRelease string `json:"kernel-release,omitempty"`
+	Machine       string `json:"machine,omitempty"`
 }

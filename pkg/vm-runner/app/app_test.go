@@ -17,9 +17,9 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/portforward"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/runnerexec"
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
-	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/pkg/vmpod"
 )
 
@@ -118,9 +118,9 @@ spec:
 		}
 	}
 	lines = append(lines,
-		serialconsole.Command(serialconsole.ModeHistory, ""),
-		serialconsole.Command(serialconsole.ModeFollow, ""),
-		serialconsole.Command(serialconsole.ModeAttach, "me@host"),
+		runnerexec.Command(runnerexec.ModeHistory, ""),
+		runnerexec.Command(runnerexec.ModeFollow, ""),
+		runnerexec.Command(runnerexec.ModeAttach, "me@host"),
 		portforward.ConnectCommand(22),
 		// kubectl vm disk upload's pod (pkg/kubectl-vm/cmd/disk).
 		[]string{"vm-runner", "disk", "wait"},

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/runnerexec"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 )
@@ -47,12 +48,12 @@ interactive session (one at a time; Ctrl-] leaves). kubectl vm console
 			case untilStdinCloses && !follow:
 				return usage(serialFailed, errors.New("--until-stdin-closes: only with --follow"))
 			}
-			mode := serialconsole.ModeHistory
+			mode := runnerexec.ModeHistory
 			switch {
 			case follow:
-				mode = serialconsole.ModeFollow
+				mode = runnerexec.ModeFollow
 			case attach:
-				mode = serialconsole.ModeAttach
+				mode = runnerexec.ModeAttach
 			}
 			return serial(config, mode, who, untilStdinCloses)
 		},
@@ -68,7 +69,7 @@ interactive session (one at a time; Ctrl-] leaves). kubectl vm console
 }
 
 // serial reaches the serial console of config's VM in mode.
-func serial(config string, mode serialconsole.Mode, who string, untilStdin bool) error {
+func serial(config string, mode runnerexec.Mode, who string, untilStdin bool) error {
 	c, err := runnerconfig.Load(config)
 	if err != nil {
 		return exit(serialFailed, err)
@@ -84,7 +85,7 @@ func serial(config string, mode serialconsole.Mode, who string, untilStdin bool)
 		return exit(serialFailed, err)
 	}
 	defer conn.Close()
-	if mode != serialconsole.ModeAttach {
+	if mode != runnerexec.ModeAttach {
 		return output(ctx, conn, untilStdin)
 	}
 	return session(ctx, conn, c.VM.Name)
@@ -113,7 +114,7 @@ func output(ctx context.Context, conn net.Conn, untilStdin bool) error {
 // session is an interactive session: stdin, raw when it is a terminal,
 // to the guest until Ctrl-] or its end, the guest's output to stdout.
 func session(ctx context.Context, conn net.Conn, vm string) error {
-	fmt.Printf("%s of vm %s; Ctrl-] to leave\n", serialconsole.AttachedBanner, vm)
+	fmt.Printf("%s of vm %s; Ctrl-] to leave\n", runnerexec.AttachedBanner, vm)
 	if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
 		// Every key for the guest: ^C, ^Z and the rest are the guest's.
 		if old, err := term.MakeRaw(fd); err == nil {
@@ -123,7 +124,7 @@ func session(ctx context.Context, conn net.Conn, vm string) error {
 	inputDone, outputDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(inputDone)
-		_, _ = io.Copy(conn, serialconsole.UntilEscape(os.Stdin))
+		_, _ = io.Copy(conn, runnerexec.UntilEscape(os.Stdin))
 	}()
 	go func() {
 		defer close(outputDone)

@@ -5,25 +5,20 @@
 // that an upload and an import never write over each other's disk.
 //
 // What the receiver tells the plugin: progress lines on stdout
-// (ProgressLine), the reason of a failure on stderr, and its exit code;
+// (runnerexec.ProgressLine), the reason of a failure on stderr, and its exit code;
 // ExitNeedsForce when the disk is left alone because it holds data.
 package diskupload
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/vmop/vmop/pkg/runnerexec"
 	"github.com/vmop/vmop/pkg/vm-runner/diskfile"
 	"github.com/vmop/vmop/pkg/vm-runner/diskimport"
 )
-
-// ReceiveName prefixes what the receiver writes on stderr.
-const ReceiveName = "vm-runner disk receive"
 
 // Exit codes of the receiver.
 const (
@@ -144,7 +139,7 @@ func receive(ctx context.Context, r io.Reader, o Options) error {
 		Progress: func(p diskimport.Progress) {
 			// The plugin counts what it sends itself.
 			if o.Progress != nil && p.Phase != diskimport.PhaseDownloading {
-				fmt.Fprintln(o.Progress, ProgressLine(p))
+				fmt.Fprintln(o.Progress, runnerexec.ProgressLine(string(p.Phase), p.Done, p.Total))
 			}
 		},
 	})
@@ -176,28 +171,4 @@ func (s *sizedReader) Read(p []byte) (int, error) {
 		return n, fmt.Errorf("the upload ended %d bytes short: %w", s.left, io.ErrUnexpectedEOF)
 	}
 	return n, err
-}
-
-// progressPrefix starts a progress line.
-const progressPrefix = "progress "
-
-// ProgressLine is p as a line: "progress PHASE DONE TOTAL", the phase in
-// lower case.
-func ProgressLine(p diskimport.Progress) string {
-	return fmt.Sprintf("%s%s %d %d", progressPrefix, strings.ToLower(string(p.Phase)), p.Done, p.Total)
-}
-
-// ParseProgress reads a ProgressLine; ok is false for any other line.
-func ParseProgress(line string) (phase string, done, total int64, ok bool) {
-	rest, found := strings.CutPrefix(line, progressPrefix)
-	f := strings.Fields(rest)
-	if !found || len(f) != 3 {
-		return "", 0, 0, false
-	}
-	done, derr := strconv.ParseInt(f[1], 10, 64)
-	total, terr := strconv.ParseInt(f[2], 10, 64)
-	if err := errors.Join(derr, terr); err != nil {
-		return "", 0, 0, false
-	}
-	return f[0], done, total, true
 }

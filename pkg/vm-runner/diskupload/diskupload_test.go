@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vmop/vmop/pkg/runnerexec"
 	"github.com/vmop/vmop/pkg/vm-runner/diskimport"
 	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
 	"github.com/vmop/vmop/test/harness/prereq"
@@ -74,7 +75,7 @@ func TestFresh(t *testing.T) {
 	require.False(t, rec.Finished.Before(rec.Started))
 
 	last := lines.String()[strings.LastIndex(strings.TrimSuffix(lines.String(), "\n"), "\n")+1:]
-	phase, done, total, ok := diskupload.ParseProgress(strings.TrimSpace(last))
+	phase, done, total, ok := runnerexec.ParseProgress(strings.TrimSpace(last))
 	require.True(t, ok, "the last line is progress: %q", lines.String())
 	require.Equal(t, "converting", phase)
 	require.Equal(t, int64(imageSize), done)
@@ -177,18 +178,4 @@ func TestCancelled(t *testing.T) {
 	rec, err := diskimport.ReadRecord(o.RecordDir, o.Disk)
 	require.NoError(t, err)
 	require.Equal(t, diskimport.StateImporting, rec.State)
-}
-
-func TestParseProgress(t *testing.T) {
-	line := diskupload.ProgressLine(diskimport.Progress{Phase: diskimport.PhaseConverting, Done: 5, Total: 10})
-	require.Equal(t, "progress converting 5 10", line)
-	phase, done, total, ok := diskupload.ParseProgress(line)
-	require.True(t, ok)
-	require.Equal(t, "converting", phase)
-	require.Equal(t, int64(5), done)
-	require.Equal(t, int64(10), total)
-	for _, l := range []string{"", "progress", "progress converting 5", "progress converting x 10", "converting 5 10"} {
-		_, _, _, ok := diskupload.ParseProgress(l)
-		require.False(t, ok, l)
-	}
 }

@@ -18,6 +18,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"time"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 )
 
 // DefaultTimeout bounds a connection whose context has no deadline.
@@ -156,17 +158,6 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	return c.send("guest-shutdown", map[string]string{"mode": "powerdown"})
 }
 
-// OSInfo is what guest-get-osinfo reports (os-release and uname).
-type OSInfo struct {
-	ID            string `json:"id,omitempty"`
-	Name          string `json:"name,omitempty"`
-	PrettyName    string `json:"pretty-name,omitempty"`
-	Version       string `json:"version,omitempty"`
-	VersionID     string `json:"version-id,omitempty"`
-	KernelRelease string `json:"kernel-release,omitempty"`
-	Machine       string `json:"machine,omitempty"`
-}
-
 // Interface is one of guest-network-get-interfaces' answers.
 type Interface struct {
 	Name            string      `json:"name"`
@@ -184,7 +175,7 @@ type IPAddress struct {
 // Info is what the agent tells of its guest.
 type Info struct {
 	AgentVersion string
-	OS           OSInfo
+	OS           v1.OSInfo
 	Hostname     string
 	Interfaces   []Interface
 }

@@ -507,7 +507,7 @@ func guestStatus(g guestagent.Info) map[string]any {
 	if g.Hostname != "" {
 		status["hostname"] = g.Hostname
 	}
-	if g.OS != (guestagent.OSInfo{}) {
+	if g.OS != (v1.OSInfo{}) {
 		var osinfo map[string]any
 		b, _ := json.Marshal(g.OS)
 		_ = json.Unmarshal(b, &osinfo)

@@ -55,7 +55,7 @@ type env struct {
 // guest is what a Debian guest's agent tells.
 var guest = guestagent.Info{
 	AgentVersion: "7.2.15", Hostname: "desk",
-	OS: guestagent.OSInfo{ID: "debian", PrettyName: "Debian GNU/Linux 12 (bookworm)", VersionID: "12"},
+	OS: v1.OSInfo{ID: "debian", PrettyName: "Debian GNU/Linux 12 (bookworm)", VersionID: "12"},
 	Interfaces: []guestagent.Interface{
 		{Name: "lo", IPAddresses: []guestagent.IPAddress{{Type: "ipv4", Address: "127.0.0.1", Prefix: 8}}},
 		{Name: "eth0", HardwareAddress: "52:54:00:12:34:56", IPAddresses: []guestagent.IPAddress{

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/runnerexec"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
@@ -391,7 +392,7 @@ func TestGuestHangs(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	require.Equal(t, 1, rec.count(runner.ReasonBootOverdue), "told of the overdue boot again")
 	require.Equal(t, 1, v.consoleCount(testguest.ReadyLine), "the guest was started again")
-	conn, err := serialconsole.Dial(t.Context(), filepath.Join(v.runtime, serialconsole.ClientSocket), serialconsole.ModeAttach, "tester")
+	conn, err := serialconsole.Dial(t.Context(), filepath.Join(v.runtime, serialconsole.ClientSocket), runnerexec.ModeAttach, "tester")
 	require.NoError(t, err)
 	_, err = io.WriteString(conn, testguest.PanicLine+"\r")
 	require.NoError(t, err)
@@ -416,7 +417,7 @@ func TestGuestHangs(t *testing.T) {
 	require.True(t, ok)
 
 	// Panicked again: a stop ends qemu at once (powerdownTimeout is 120 s).
-	conn, err = serialconsole.Dial(t.Context(), filepath.Join(v.runtime, serialconsole.ClientSocket), serialconsole.ModeAttach, "tester")
+	conn, err = serialconsole.Dial(t.Context(), filepath.Join(v.runtime, serialconsole.ClientSocket), runnerexec.ModeAttach, "tester")
 	require.NoError(t, err)
 	_, err = io.WriteString(conn, testguest.PanicLine+"\r")
 	require.NoError(t, err)

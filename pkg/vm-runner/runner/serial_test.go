@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vmop/vmop/pkg/runnerexec"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
 	"github.com/vmop/vmop/test/harness/testguest"
@@ -30,7 +31,7 @@ func TestGuestSerialConsole(t *testing.T) {
 	v.boot()
 	sock := filepath.Join(v.runtime, serialconsole.ClientSocket)
 
-	conn, err := serialconsole.Dial(t.Context(), sock, serialconsole.ModeAttach, "tester@host")
+	conn, err := serialconsole.Dial(t.Context(), sock, runnerexec.ModeAttach, "tester@host")
 	require.NoError(t, err)
 	defer conn.Close()
 	_, err = io.WriteString(conn, "ping hello\r")
@@ -39,11 +40,11 @@ func TestGuestSerialConsole(t *testing.T) {
 
 	// A second interactive client is refused, naming the first; a
 	// follower sees the answer to the first's input too.
-	_, err = serialconsole.Dial(t.Context(), sock, serialconsole.ModeAttach, "other")
+	_, err = serialconsole.Dial(t.Context(), sock, runnerexec.ModeAttach, "other")
 	var inUse *serialconsole.InUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, "tester@host", inUse.Who)
-	follower, err := serialconsole.Dial(t.Context(), sock, serialconsole.ModeFollow, "")
+	follower, err := serialconsole.Dial(t.Context(), sock, runnerexec.ModeFollow, "")
 	require.NoError(t, err)
 	defer follower.Close()
 	_, err = io.WriteString(conn, "ping again\r")
@@ -61,7 +62,7 @@ func TestGuestSerialConsole(t *testing.T) {
 	// vm-runner serial --attach with a pipe for stdin: the user's input
 	// reaches the guest, Ctrl-] leaves with exit 0.
 	eventually.Succeeds(t, 5*time.Second, func() error { // the first client's slot frees
-		c, err := serialconsole.Dial(t.Context(), sock, serialconsole.ModeAttach, "probe")
+		c, err := serialconsole.Dial(t.Context(), sock, runnerexec.ModeAttach, "probe")
 		if err == nil {
 			c.Close()
 		}
@@ -83,10 +84,10 @@ func TestGuestSerialConsole(t *testing.T) {
 		}
 		return nil
 	})
-	_, err = stdin.Write([]byte{serialconsole.Escape})
+	_, err = stdin.Write([]byte{runnerexec.Escape})
 	require.NoError(t, err)
 	require.NoError(t, cmd.Wait(), "Ctrl-] leaves with exit 0: %s", stdout.String())
-	require.True(t, strings.HasPrefix(stdout.String(), serialconsole.AttachedBanner+" of vm test; Ctrl-] to leave\n"), stdout.String())
+	require.True(t, strings.HasPrefix(stdout.String(), runnerexec.AttachedBanner+" of vm test; Ctrl-] to leave\n"), stdout.String())
 
 	// The pod log (the runner's stdout) has the guest's lines.
 	eventually.Succeeds(t, 5*time.Second, func() error {

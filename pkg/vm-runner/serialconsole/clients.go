@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/vmop/vmop/pkg/runnerexec"
 )
 
 // maxPending is how much output may wait for one client: more, and that
@@ -18,7 +20,7 @@ const maxPending = 256 << 10
 // client is one connection on ClientSocket after its handshake.
 type client struct {
 	conn  net.Conn
-	mode  Mode
+	mode  runnerexec.Mode
 	who   string
 	since time.Time
 	out   *outbox
@@ -48,21 +50,21 @@ func (c *Console) serve(conn net.Conn) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	m, who, _ := strings.Cut(hello, " ")
-	mode := Mode(m)
+	mode := runnerexec.Mode(m)
 	switch mode {
-	case ModeHistory:
+	case runnerexec.ModeHistory:
 		h, err := c.History()
 		if err != nil {
 			c.log.Warn("Reading the serial console's output", "err", err)
 		}
 		_, _ = conn.Write(append([]byte(replyOK+"\n"), h...))
 		return
-	case ModeFollow, ModeAttach:
+	case runnerexec.ModeFollow, runnerexec.ModeAttach:
 	default:
 		fmt.Fprintf(conn, "unknown mode %q\n", m)
 		return
 	}
-	cl := &client{conn: conn, mode: mode, who: cleanWho(who), since: time.Now(), out: newOutbox(maxPending)}
+	cl := &client{conn: conn, mode: mode, who: runnerexec.CleanWho(who), since: time.Now(), out: newOutbox(maxPending)}
 	if err := c.subscribe(cl); err != nil {
 		var inUse *InUseError
 		if errors.As(err, &inUse) {
@@ -71,7 +73,7 @@ func (c *Console) serve(conn net.Conn) {
 		return
 	}
 	defer c.unsubscribe(cl)
-	if mode == ModeAttach {
+	if mode == runnerexec.ModeAttach {
 		c.log.Info("Serial console attached", "client", cl.who)
 		defer c.log.Info("Serial console detached", "client", cl.who)
 	}
@@ -92,7 +94,7 @@ func (c *Console) serve(conn net.Conn) {
 // input reads the client's input until it ends: to the guest from the
 // interactive client, nowhere from a follower.
 func (c *Console) input(cl *client, r io.Reader) {
-	if cl.mode == ModeFollow {
+	if cl.mode == runnerexec.ModeFollow {
 		_, _ = io.Copy(io.Discard, r)
 		return
 	}
@@ -120,14 +122,14 @@ func (c *Console) subscribe(cl *client) error {
 	if c.closed {
 		return errors.New("closed")
 	}
-	if cl.mode == ModeAttach {
+	if cl.mode == runnerexec.ModeAttach {
 		if a := c.attached; a != nil {
 			return &InUseError{Who: a.who, Since: a.since}
 		}
 		c.attached = cl
 	}
 	first := []byte(replyOK + "\n")
-	if cl.mode == ModeFollow {
+	if cl.mode == runnerexec.ModeFollow {
 		h, err := c.file.history()
 		if err != nil {
 			c.log.Warn("Reading the serial console's output", "err", err)

@@ -8,28 +8,15 @@ import (
 	"net"
 	"strings"
 	"time"
-	"unicode"
+
+	"github.com/vmop/vmop/pkg/runnerexec"
 )
 
 // The protocol on ClientSocket: the client sends one line, "<mode> <who>",
 // and the server answers one line, "ok" or "in-use <RFC 3339 time> <who>"
 // (the interactive client and since when it is attached). After "ok" the
-// connection carries the guest's output, raw, and with ModeAttach the
+// connection carries the guest's output, raw, and with runnerexec.ModeAttach the
 // client's input to the guest.
-
-// Mode is what a client asks for.
-type Mode string
-
-const (
-	// ModeHistory: the kept output, then the server closes.
-	ModeHistory Mode = "history"
-	// ModeFollow: the kept output, then new output as it comes; the
-	// client's input is ignored.
-	ModeFollow Mode = "follow"
-	// ModeAttach: new output as it comes, and the client's input goes to
-	// the guest. One client at a time.
-	ModeAttach Mode = "attach"
-)
 
 const (
 	replyOK    = "ok"
@@ -39,8 +26,6 @@ const (
 	helloTimeout = 5 * time.Second
 	// maxHello bounds the client's line.
 	maxHello = 512
-	// maxWho bounds the name a client gives itself.
-	maxWho = 128
 )
 
 // InUseError refuses a second interactive client.
@@ -55,36 +40,17 @@ func (e *InUseError) Error() string {
 		e.Who, e.Since.UTC().Format("15:04:05 MST"))
 }
 
-// cleanWho makes a client's name safe to show on another's terminal: one
-// line, printable, bounded.
-func cleanWho(who string) string {
-	who = strings.Map(func(r rune) rune {
-		if !unicode.IsPrint(r) {
-			return -1
-		}
-		return r
-	}, who)
-	who = strings.TrimSpace(who)
-	if len(who) > maxWho {
-		who = who[:maxWho]
-	}
-	if who == "" {
-		return "an unnamed client"
-	}
-	return who
-}
-
 // Dial connects to the ClientSocket at path in mode; who names the client
 // to others (user@host). A console with an interactive client already
-// refuses ModeAttach with an *InUseError.
-func Dial(ctx context.Context, path string, mode Mode, who string) (net.Conn, error) {
+// refuses runnerexec.ModeAttach with an *InUseError.
+func Dial(ctx context.Context, path string, mode runnerexec.Mode, who string) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("no runner serves the serial console at %s: %w", path, err)
 	}
 	_ = c.SetDeadline(time.Now().Add(helloTimeout))
-	if _, err := fmt.Fprintf(c, "%s %s\n", mode, cleanWho(who)); err != nil {
+	if _, err := fmt.Fprintf(c, "%s %s\n", mode, runnerexec.CleanWho(who)); err != nil {
 		c.Close()
 		return nil, err
 	}

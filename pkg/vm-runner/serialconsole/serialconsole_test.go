@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/vmop/vmop/pkg/runnerexec"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
 )
@@ -37,7 +38,7 @@ func newConsole(t *testing.T, o serialconsole.Options) *console {
 	return &console{Console: c, dir: o.Dir, guest: guest}
 }
 
-func (c *console) dial(t *testing.T, mode serialconsole.Mode, who string) (net.Conn, error) {
+func (c *console) dial(t *testing.T, mode runnerexec.Mode, who string) (net.Conn, error) {
 	t.Helper()
 	conn, err := serialconsole.Dial(t.Context(), filepath.Join(c.dir, serialconsole.ClientSocket), mode, who)
 	if err == nil {
@@ -69,10 +70,10 @@ func readUntil(t *testing.T, r net.Conn, want string) string {
 
 func TestOneInteractiveClient(t *testing.T) {
 	c := newConsole(t, serialconsole.Options{})
-	first, err := c.dial(t, serialconsole.ModeAttach, "alice@laptop")
+	first, err := c.dial(t, runnerexec.ModeAttach, "alice@laptop")
 	require.NoError(t, err)
 
-	_, err = c.dial(t, serialconsole.ModeAttach, "bob@desk")
+	_, err = c.dial(t, runnerexec.ModeAttach, "bob@desk")
 	var inUse *serialconsole.InUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, "alice@laptop", inUse.Who)
@@ -80,7 +81,7 @@ func TestOneInteractiveClient(t *testing.T) {
 	require.Regexp(t, `^the serial console is in use: alice@laptop is attached \(since \d\d:\d\d:\d\d UTC\); one interactive client at a time$`, err.Error())
 
 	// Followers are welcome meanwhile.
-	_, err = c.dial(t, serialconsole.ModeFollow, "carol")
+	_, err = c.dial(t, runnerexec.ModeFollow, "carol")
 	require.NoError(t, err)
 
 	// The first one's input reaches the guest, and the guest's answer the
@@ -94,7 +95,7 @@ func TestOneInteractiveClient(t *testing.T) {
 	// Once it leaves, the next may attach.
 	require.NoError(t, first.Close())
 	require.Eventually(t, func() bool {
-		conn, err := c.dial(t, serialconsole.ModeAttach, "bob@desk")
+		conn, err := c.dial(t, runnerexec.ModeAttach, "bob@desk")
 		if err == nil {
 			conn.Close()
 		}
@@ -112,11 +113,11 @@ func TestFollowersSeeKeptAndNewOutput(t *testing.T) {
 
 	var followers []net.Conn
 	for range 3 {
-		f, err := c.dial(t, serialconsole.ModeFollow, "")
+		f, err := c.dial(t, runnerexec.ModeFollow, "")
 		require.NoError(t, err)
 		followers = append(followers, f)
 	}
-	attached, err := c.dial(t, serialconsole.ModeAttach, "")
+	attached, err := c.dial(t, runnerexec.ModeAttach, "")
 	require.NoError(t, err)
 	c.write(t, "login: ")
 	for _, f := range followers {
@@ -127,8 +128,8 @@ func TestFollowersSeeKeptAndNewOutput(t *testing.T) {
 	}
 	require.Equal(t, "login: ", readUntil(t, attached, "login: "), "an interactive client gets the new output only")
 
-	// ModeHistory gets the kept output and the end.
-	h, err := c.dial(t, serialconsole.ModeHistory, "")
+	// runnerexec.ModeHistory gets the kept output and the end.
+	h, err := c.dial(t, runnerexec.ModeHistory, "")
 	require.NoError(t, err)
 	all, err := io.ReadAll(h)
 	require.NoError(t, err)
@@ -142,9 +143,9 @@ func TestFollowersSeeKeptAndNewOutput(t *testing.T) {
 
 func TestSlowFollowerDoesNotBlock(t *testing.T) {
 	c := newConsole(t, serialconsole.Options{LogSize: 64 << 10})
-	slow, err := c.dial(t, serialconsole.ModeFollow, "")
+	slow, err := c.dial(t, runnerexec.ModeFollow, "")
 	require.NoError(t, err)
-	fast, err := c.dial(t, serialconsole.ModeFollow, "")
+	fast, err := c.dial(t, runnerexec.ModeFollow, "")
 	require.NoError(t, err)
 	var fastGot syncbuffer.Buffer
 	var wg sync.WaitGroup
@@ -259,9 +260,9 @@ func waitHistory(t *testing.T, c *console, suffix string) {
 
 func TestCloseEndsClients(t *testing.T) {
 	c := newConsole(t, serialconsole.Options{})
-	f, err := c.dial(t, serialconsole.ModeFollow, "")
+	f, err := c.dial(t, runnerexec.ModeFollow, "")
 	require.NoError(t, err)
-	a, err := c.dial(t, serialconsole.ModeAttach, "")
+	a, err := c.dial(t, runnerexec.ModeAttach, "")
 	require.NoError(t, err)
 	c.write(t, "bye\r\n")
 	c.guest.Close() // qemu exits
@@ -274,50 +275,16 @@ func TestCloseEndsClients(t *testing.T) {
 			require.Equal(t, "bye\r\n", string(rest))
 		}
 	}
-	_, err = c.dial(t, serialconsole.ModeFollow, "")
+	_, err = c.dial(t, runnerexec.ModeFollow, "")
 	require.Error(t, err, "a closed console takes no clients")
 }
 
 func TestWhoIsCleaned(t *testing.T) {
 	c := newConsole(t, serialconsole.Options{})
-	_, err := c.dial(t, serialconsole.ModeAttach, "mallory\x1b[2J\r\nfake prompt")
+	_, err := c.dial(t, runnerexec.ModeAttach, "mallory\x1b[2J\r\nfake prompt")
 	require.NoError(t, err)
-	_, err = c.dial(t, serialconsole.ModeAttach, "")
+	_, err = c.dial(t, runnerexec.ModeAttach, "")
 	var inUse *serialconsole.InUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, "mallory[2Jfake prompt", inUse.Who, "no control characters reach another's terminal")
-}
-
-func TestUntilEscape(t *testing.T) {
-	for in, want := range map[string]string{
-		"ping hello\r":       "ping hello\r",
-		"ping\r\x1dnot sent": "ping\r",
-		"\x1d":               "",
-		"":                   "",
-		"a\x1db\x1dc":        "a",
-	} {
-		got, err := io.ReadAll(serialconsole.UntilEscape(strings.NewReader(in)))
-		require.NoError(t, err)
-		require.Equal(t, want, string(got), "%q", in)
-	}
-	// Reads after the escape end at once, without reading on.
-	r := serialconsole.UntilEscape(io.MultiReader(strings.NewReader("x\x1d"), blockingReader{}))
-	got, err := io.ReadAll(r)
-	require.NoError(t, err)
-	require.Equal(t, "x", string(got))
-}
-
-// blockingReader fails a test that reads it.
-type blockingReader struct{}
-
-func (blockingReader) Read([]byte) (int, error) { panic("read after the escape") }
-
-func TestCommandError(t *testing.T) {
-	for out, want := range map[string]string{
-		"vm-runner serial: the serial console is in use: alice@laptop is attached (since 10:00:00 UTC); one interactive client at a time\r\n": "the serial console is in use: alice@laptop is attached (since 10:00:00 UTC); one interactive client at a time",
-		"unknown flag: --attach\nUsage: vm-runner [-c config.yaml] [flags]\n":                                                                 "the VM's runner has no serial console: it runs a vm-runner older than the serial console; restart the VM to run the current runner image",
-		"something else\n": "something else",
-	} {
-		require.EqualError(t, serialconsole.CommandError(out), want)
-	}
 }

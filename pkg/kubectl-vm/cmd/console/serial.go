@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/podexec"
-	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
+	"github.com/vmop/vmop/pkg/runnerexec"
 )
 
 // runSerial attaches the local terminal to the VM's serial console: vm-runner
@@ -48,15 +48,15 @@ func (o *Options) runSerial(ctx context.Context) error {
 	}
 	// Ctrl-] and the end of the input both leave: vm-runner leaves at the
 	// escape, so the session ends with its exit, in the pod too.
-	streams.Stdin = io.MultiReader(serialconsole.UntilEscape(o.In), bytes.NewReader([]byte{serialconsole.Escape}))
+	streams.Stdin = io.MultiReader(runnerexec.UntilEscape(o.In), bytes.NewReader([]byte{runnerexec.Escape}))
 	out := &attachWatch{out: o.Out, announce: func() {
 		fmt.Fprintf(o.ErrOut, "Connected to the serial console of vm %s/%s; Ctrl-] to leave%s", vm.Namespace, vm.Name, eol)
 	}}
 	streams.Stdout, streams.Stderr = out, out
-	err = podexec.Exec(ctx, o.client.Config, pod, serialconsole.Command(serialconsole.ModeAttach, who()), streams)
+	err = podexec.Exec(ctx, o.client.Config, pod, runnerexec.Command(runnerexec.ModeAttach, who()), streams)
 	if before, attached := out.result(); !attached {
 		if before != "" {
-			return fmt.Errorf("vm %s/%s: %w", vm.Namespace, vm.Name, serialconsole.CommandError(before))
+			return fmt.Errorf("vm %s/%s: %w", vm.Namespace, vm.Name, runnerexec.CommandError(before))
 		}
 		if err == nil {
 			err = errors.New("the runner ended the session before it began")
@@ -80,7 +80,7 @@ func who() string {
 }
 
 // attachWatch passes vm-runner's output on once its first line has said
-// that it attached (serialconsole.AttachedBanner), announcing that
+// that it attached (runnerexec.AttachedBanner), announcing that
 // instead; until then it keeps the output: the reason it did not attach.
 type attachWatch struct {
 	out      io.Writer
@@ -104,7 +104,7 @@ func (w *attachWatch) Write(b []byte) (int, error) {
 		w.before = append(w.before, b[:min(len(b), maxBefore-len(w.before))]...)
 	}
 	line, rest, ok := bytes.Cut(w.before, []byte("\n"))
-	if !ok || !bytes.HasPrefix(line, []byte(serialconsole.AttachedBanner)) {
+	if !ok || !bytes.HasPrefix(line, []byte(runnerexec.AttachedBanner)) {
 		return len(b), nil
 	}
 	w.attached = true

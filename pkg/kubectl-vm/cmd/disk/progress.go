@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
+	"github.com/vmop/vmop/pkg/runnerexec"
 )
 
 // redraw is how often the bar is drawn on a terminal.
@@ -140,7 +140,7 @@ func (w *lineWriter) Write(b []byte) (int, error) {
 func (p *progress) line(l string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	phase, done, of, ok := diskupload.ParseProgress(l)
+	phase, done, of, ok := runnerexec.ParseProgress(l)
 	if !ok {
 		if p.tty {
 			l = "\r\x1b[K" + l

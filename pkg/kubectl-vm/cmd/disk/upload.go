@@ -14,7 +14,7 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/helperpod"
 	"github.com/vmop/vmop/pkg/kubectl-vm/podexec"
 	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
+	"github.com/vmop/vmop/pkg/runnerexec"
 )
 
 // upload runs the uploader pod, streams file (called name) to the
@@ -70,14 +70,14 @@ func (o *Options) receive(ctx context.Context, t *target, pod *corev1.Pod, file 
 // of.
 func (o *Options) receiverError(t *target, err error, stderr string) error {
 	var exit *podexec.ExitError
-	said := strings.TrimPrefix(strings.TrimSpace(stderr), diskupload.ReceiveName+": ")
+	said := strings.TrimPrefix(strings.TrimSpace(stderr), runnerexec.ReceiveName+": ")
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &exit) && said != "":
 		return fmt.Errorf("vm %s/%s (claim %s): %s", t.vm.Namespace, t.vm.Name, t.claim, said)
 	case errors.As(err, &exit):
-		return fmt.Errorf("vm %s/%s (claim %s): %s ended with exit code %d", t.vm.Namespace, t.vm.Name, t.claim, diskupload.ReceiveName, exit.Code)
+		return fmt.Errorf("vm %s/%s (claim %s): %s ended with exit code %d", t.vm.Namespace, t.vm.Name, t.claim, runnerexec.ReceiveName, exit.Code)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("vm %s/%s: the upload to disk %s was interrupted; run it again to finish it", t.vm.Namespace, t.vm.Name, t.disk)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/completion"
 	"github.com/vmop/vmop/pkg/kubectl-vm/podexec"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
-	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
+	"github.com/vmop/vmop/pkg/runnerexec"
 )
 
 // Options are the options of the logs command.
@@ -91,24 +91,24 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mode := serialconsole.ModeHistory
+	mode := runnerexec.ModeHistory
 	streams := podexec.Streams{Stdout: o.Out}
 	if o.Follow {
 		// The follower in the pod ends when its stdin does, which is when
 		// this connection ends.
-		mode = serialconsole.ModeFollow
+		mode = runnerexec.ModeFollow
 		streams.Stdin = untilDone(ctx)
 	}
 	var stderr limitedBuffer
 	streams.Stderr = &stderr
-	err = podexec.Exec(ctx, o.client.Config, pod, serialconsole.Command(mode, ""), streams)
+	err = podexec.Exec(ctx, o.client.Config, pod, runnerexec.Command(mode, ""), streams)
 	switch {
 	case ctx.Err() != nil: // Ctrl-C ends --follow
 		return nil
 	case err == nil:
 		return nil
 	case stderr.String() != "":
-		return fmt.Errorf("vm %s/%s: %w", vm.Namespace, vm.Name, serialconsole.CommandError(stderr.String()))
+		return fmt.Errorf("vm %s/%s: %w", vm.Namespace, vm.Name, runnerexec.CommandError(stderr.String()))
 	}
 	return fmt.Errorf("vm %s/%s: serial console: %w", vm.Namespace, vm.Name, err)
 }

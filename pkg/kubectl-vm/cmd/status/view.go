@@ -21,7 +21,6 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/pkg/vmstatus"
 )
@@ -258,7 +257,7 @@ func (v *View) Guest() string {
 	if st.GuestAgentVersion == "" {
 		return "<no guest agent connected>"
 	}
-	var os guestagent.OSInfo
+	var os v1.OSInfo
 	if st.OSInfo != nil {
 		_ = json.Unmarshal(st.OSInfo.Raw, &os)
 	}
