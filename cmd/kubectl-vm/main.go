@@ -13,7 +13,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/render"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/ssh"
-	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/vm"
+	"github.com/vmop/vmop/pkg/kubectl-vm/app"
 )
 
 func main() {
@@ -36,7 +36,7 @@ func main() {
 		// --serial sets it raw).
 		streams.In = in
 	}
-	if err := vm.NewCmd(vm.DisplayName(os.Args[0]), streams).Execute(); err != nil {
+	if err := app.NewCmd(app.DisplayName(os.Args[0]), streams).Execute(); err != nil {
 		// ssh has told why it ended: its code is the answer.
 		if exit := (*ssh.ExitError)(nil); errors.As(err, &exit) {
 			os.Exit(exit.Code)

@@ -13,11 +13,11 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/vm"
+	"github.com/vmop/vmop/pkg/kubectl-vm/app"
 )
 
 func main() {
-	cmd := vm.NewCmd("kubectl vm", genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	cmd := app.NewCmd("kubectl vm", genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	cmd.SetArgs(append([]string{"__complete"}, os.Args[1:]...))
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)

@@ -10,7 +10,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/vmop/vmop/pkg/vm-operator/operator"
+	"github.com/vmop/vmop/pkg/vm-operator/app"
 )
 
 func main() {
@@ -23,7 +23,7 @@ func main() {
 	// the Lease is released for a standby replica.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := operator.NewCmd(os.Stderr).ExecuteContext(ctx); err != nil {
+	if err := app.NewCmd(os.Stderr).ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "vm-operator:", err)
 		os.Exit(1)
 	}

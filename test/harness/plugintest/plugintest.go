@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/vm"
+	"github.com/vmop/vmop/pkg/kubectl-vm/app"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
@@ -28,7 +28,7 @@ type Result struct {
 func Run(ctx context.Context, stdin string, args ...string) Result {
 	streams, in, out, errOut := genericiooptions.NewTestIOStreams()
 	in.WriteString(stdin)
-	cmd := vm.NewCmd("kubectl vm", streams)
+	cmd := app.NewCmd("kubectl vm", streams)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(ctx)
 	return Result{Stdout: out.String(), Stderr: errOut.String(), Err: err}

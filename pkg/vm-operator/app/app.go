@@ -1,7 +1,7 @@
-// Package operator is the vm-operator command: flags, client set-up,
+// Package app is the vm-operator command: flags, client set-up,
 // leader election, the metrics and health endpoints and a graceful stop
 // around pkg/vm-operator/controller.
-package operator
+package app
 
 import (
 	"context"
