@@ -11,9 +11,9 @@ import (
 	"golang.org/x/term"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/vmop/vmop/pkg/kubectl-vm/app"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/render"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/ssh"
-	"github.com/vmop/vmop/pkg/kubectl-vm/app"
 )
 
 func main() {
