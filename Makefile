@@ -52,7 +52,8 @@ test: deps
 lint:
 	hack/golangci-lint.sh run ./...
 
-## The end-to-end tests alone, on a cluster with controllers and kwok nodes.
+## The operator's integration tests alone (test/e2e), on a cluster with
+## controllers and kwok nodes: no pod really runs.
 e2e: deps
 	VMOP_KUBE_BIN_DIR=$$(hack/build-control-plane.sh all) $(GO) test -count=1 -timeout 30m ./test/e2e/...
 
@@ -62,7 +63,7 @@ e2e: deps
 cluster: deps
 	$(GO) run ./hack/nodecluster
 
-## The end-to-end tests' cluster with kwok nodes (no pods really run).
+## test/e2e's cluster with kwok nodes (no pods really run).
 kwok-cluster: deps
 	$(GO) run ./hack/e2ecluster
 
@@ -75,9 +76,9 @@ vet:
 	GOOS=darwin $(GO) build -o /dev/null ./cmd/kubectl-vm
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
-## Benchmarks on one core, as a table; then the end-to-end ones: the
-## operator's scale benchmark and kubectl vm start against kubectl patch
-## (on the end-to-end test cluster, one round each); then kubectl apply to
+## Benchmarks on one core, as a table; then test/e2e's: the operator's
+## scale benchmark and kubectl vm start against kubectl patch (on its
+## cluster with kwok nodes, one round each); then kubectl apply to
 ## qemu running and a VM pod's memory on the real node (one round of
 ## several VMs).
 bench: deps

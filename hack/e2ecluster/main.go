@@ -1,7 +1,8 @@
-// Command e2ecluster runs the end-to-end test cluster for trying things by
-// hand: etcd, kube-apiserver, kube-controller-manager and kwok playing the
-// kubelet of node "node-1", with vmop's CRD installed. It prints the
-// KUBECONFIG to use and runs until interrupted (make cluster).
+// Command e2ecluster runs test/e2e's cluster (kwok nodes) for trying
+// things by hand: etcd, kube-apiserver, kube-controller-manager and kwok
+// playing the kubelet of node "node-1", with vmop's CRD installed. It
+// prints the KUBECONFIG to use and runs until interrupted (make
+// kwok-cluster).
 package main
 
 import (

@@ -1,6 +1,10 @@
-// Package e2e tests vm-operator as a process against a real control plane:
-// etcd, kube-apiserver, kube-controller-manager and kwok (see
-// test/harness/testcluster). `make e2e` runs these tests alone.
+// Package e2e holds integration tests, not end-to-end ones, whatever its
+// name: vm-operator runs as a process against a real control plane (etcd,
+// kube-apiserver, kube-controller-manager; see test/harness/testcluster),
+// but its nodes are kwok's, so no pod really runs: no vm-runner, qemu or
+// guest. What happens in a VM's pod is tested end to end by test/node.
+// The name stays because make e2e, hack/e2ecluster and the docs use it.
+// `make e2e` runs these tests alone.
 package e2e
 
 import (

@@ -13,7 +13,7 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 )
 
-// These unit tests pin decisions that the end-to-end tests (test/e2e)
+// These unit tests pin decisions that the integration tests (test/e2e)
 // reach only through a running cluster.
 
 func TestStatusComparisonIgnoresTimesAndOrder(t *testing.T) {

@@ -1,9 +1,7 @@
 package completion_test
 
 import (
-	"maps"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/completion"
 	"github.com/vmop/vmop/test/harness/testcluster"
-	"github.com/vmop/vmop/test/harness/vmtest"
 )
 
 // run runs a root command with the completion command under it.
@@ -90,36 +86,6 @@ func complete(t *testing.T, args ...string) []string {
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	require.Equal(t, ":4", lines[len(lines)-1], "directive NoFileComp")
 	return lines[:len(lines)-1]
-}
-
-// TestOnAPIServer completes VM names, namespaces and contexts from a real
-// kube-apiserver.
-func TestOnAPIServer(t *testing.T) {
-	vms := map[string][]string{"vms": {"web-2", "db", "web-1"}, "other": {"elsewhere"}}
-	c := vmtest.NewCluster(t, "vms", "other")
-	for ns, names := range vms {
-		for _, name := range names {
-			c.CreateVM(t, ns, name, map[string]any{})
-		}
-	}
-	kc := []string{"--kubeconfig", c.Kubeconfig}
-	with := func(args ...string) []string { return append(append([]string{}, kc...), args...) }
-
-	require.Equal(t, []string{"db", "web-1", "web-2"}, complete(t, with("-n", "vms", "many", "")...))
-	require.Equal(t, []string{"web-1", "web-2"}, complete(t, with("many", "-n", "vms", "w")...))
-	require.Equal(t, []string{"db", "web-2"}, complete(t, with("-n", "vms", "many", "web-1", "")...), "no name twice")
-	require.Equal(t, []string{"elsewhere"}, complete(t, with("--namespace=other", "one", "")...))
-	require.Empty(t, complete(t, with("-n", "vms", "one", "web-1", "")...), "one completes its first argument only")
-	require.Empty(t, complete(t, with("many", "")...), "namespace default has no VMs")
-
-	namespaces := complete(t, with("many", "-n", "")...)
-	require.Subset(t, namespaces, []string{"default", "other", "vms"})
-	require.Equal(t, []string{"vms"}, complete(t, with("-n", "v")...))
-
-	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
-	require.NoError(t, err)
-	require.NotEmpty(t, cfg.Contexts)
-	require.Equal(t, slices.Sorted(maps.Keys(cfg.Contexts)), complete(t, with("--context", "")...))
 }
 
 // TestUnreachable: a cluster that does not answer gives no completions,
