@@ -4,7 +4,7 @@
 # with helm template. Only the first run on a machine pays the build.
 set -euo pipefail
 
-version=v3.22.0
+version=${VMOP_HELM_VERSION:-v3.22.0}
 cache=${VMOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vmop}/helm-$version
 
 mkdir -p "$cache"

@@ -24,37 +24,45 @@ import (
 	"github.com/vmop/vmop/pkg/render"
 )
 
-// BenchmarkRenderVsHelm times the kubectl-vm binary's render -f FILE
+// BenchmarkRenderVsHelm measures the kubectl-vm binary's render -f FILE
 // against helm template on a chart (testdata/helm) that writes the same
-// objects for the same VMs: the local-path example with cloud-init user
-// data, so a ConfigMap, a Secret and a StatefulSet each. Helm's values
-// are the VMs' fields, plus what only render computes (hashes, the runner
-// config, resource requests). Both outputs are checked to hold the same
-// objects first. It reports helm's time over render's and each one's per
-// VM, process start included. helm is built once by hack/build-helm.sh.
+// objects for the same VMs, as a user runs them: whole processes on one
+// core (GOMAXPROCS=1 in both children), their CPU time (user+sys, from
+// rusage) and peak RSS, alternating render and helm. The VMs are the
+// local-path example with cloud-init user data, so a ConfigMap, a Secret
+// and a StatefulSet each, all in one file. Helm's values are the VMs'
+// fields, plus what only render computes (hashes, the runner config,
+// resource requests). Both outputs are checked to hold the same objects
+// first. It reports helm's CPU time over render's, each one's CPU time
+// per VM and each one's peak RSS, which must not grow with the VMs for
+// render (it streams). helm is built once by hack/build-helm.sh.
 func BenchmarkRenderVsHelm(b *testing.B) {
 	out, err := exec.Command("../../../../hack/build-helm.sh").Output()
 	require.NoError(b, err, "hack/build-helm.sh")
 	helm := strings.TrimSpace(string(out))
 	dir := b.TempDir()
-	kubectlVM := filepath.Join(dir, "kubectl-vm")
-	build := exec.Command("go", "build", "-o", kubectlVM, "../../../../cmd/kubectl-vm")
-	build.Stderr = os.Stderr
-	require.NoError(b, build.Run())
+	kubectlVM, rusage := filepath.Join(dir, "kubectl-vm"), filepath.Join(dir, "rusage")
+	for bin, pkg := range map[string]string{kubectlVM: "../../../../cmd/kubectl-vm", rusage: "./testdata/rusage"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		build.Stderr = os.Stderr
+		require.NoError(b, build.Run())
+	}
 	doc, err := os.ReadFile("../../../../examples/local-path-test-vm.yaml")
 	require.NoError(b, err)
 
-	for _, n := range []int{100, 1000} {
+	for _, n := range []int{1000, 10000} {
 		vms, values := helmInputs(b, string(doc), n)
 		vmsFile, valuesFile := filepath.Join(dir, "vms.yaml"), filepath.Join(dir, "values.yaml")
 		require.NoError(b, os.WriteFile(vmsFile, vms, 0o644))
 		require.NoError(b, os.WriteFile(valuesFile, values, 0o644))
-		renderCmd := []string{kubectlVM, "render", "-f", vmsFile}
+		oneCore := append(os.Environ(), "GOMAXPROCS=1")
+		renderCmd := []string{rusage, kubectlVM, "render", "-f", vmsFile}
 		// Helm's own directories, so that it reads and writes nothing of the user's.
-		helmCmd := []string{helm, "template", "vms", "testdata/helm", "-f", valuesFile}
-		helmEnv := append(os.Environ(), "HELM_CACHE_HOME="+dir, "HELM_CONFIG_HOME="+dir, "HELM_DATA_HOME="+dir)
+		helmCmd := []string{rusage, helm, "template", "vms", "testdata/helm", "-f", valuesFile}
+		helmEnv := append(oneCore, "HELM_CACHE_HOME="+dir, "HELM_CONFIG_HOME="+dir, "HELM_DATA_HOME="+dir)
 
-		renderOut, helmOut := run(b, renderCmd, nil, nil), run(b, helmCmd, helmEnv, nil)
+		renderOut, _, _ := run(b, renderCmd, oneCore, nil)
+		helmOut, _, _ := run(b, helmCmd, helmEnv, nil)
 		// Helm writes the objects by kind (Secrets first), render by VM.
 		want, got := readObjects(b, renderOut), readObjects(b, helmOut)
 		for _, objs := range [][]map[string]any{want, got} {
@@ -69,19 +77,20 @@ func BenchmarkRenderVsHelm(b *testing.B) {
 			devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 			require.NoError(b, err)
 			defer devNull.Close()
-			var renderTime, helmTime time.Duration
+			var renderCPU, helmCPU time.Duration
+			var renderRSS, helmRSS int64
 			for b.Loop() {
-				start := time.Now()
-				run(b, renderCmd, nil, devNull)
-				renderTime += time.Since(start)
-				start = time.Now()
-				run(b, helmCmd, helmEnv, devNull)
-				helmTime += time.Since(start)
+				_, cpu, rss := run(b, renderCmd, oneCore, devNull)
+				renderCPU, renderRSS = renderCPU+cpu, max(renderRSS, rss)
+				_, cpu, rss = run(b, helmCmd, helmEnv, devNull)
+				helmCPU, helmRSS = helmCPU+cpu, max(helmRSS, rss)
 			}
 			vmRuns := float64(b.N * n)
-			b.ReportMetric(float64(helmTime)/float64(renderTime), "helm/render")
-			b.ReportMetric(float64(renderTime.Nanoseconds())/vmRuns, "render-ns/VM")
-			b.ReportMetric(float64(helmTime.Nanoseconds())/vmRuns, "helm-ns/VM")
+			b.ReportMetric(float64(helmCPU)/float64(renderCPU), "helm/render-cpu")
+			b.ReportMetric(float64(renderCPU.Nanoseconds())/vmRuns, "render-cpu-ns/VM")
+			b.ReportMetric(float64(helmCPU.Nanoseconds())/vmRuns, "helm-cpu-ns/VM")
+			b.ReportMetric(float64(renderRSS)/(1<<20), "render-maxrss-MiB")
+			b.ReportMetric(float64(helmRSS)/(1<<20), "helm-maxrss-MiB")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -137,10 +146,16 @@ func helmValues(b *testing.B, vm *v1.VirtualMachine, objs *render.Objects) map[s
 	}
 }
 
-// run runs a command, with its output to out or returned.
-func run(b *testing.B, argv, env []string, out io.Writer) []byte {
+// run runs a command through testdata/rusage, with its output to out or
+// returned, and returns its CPU time (user and system) and peak RSS in
+// bytes.
+func run(b *testing.B, argv, env []string, out io.Writer) (output []byte, cpu time.Duration, rss int64) {
+	usage, err := os.CreateTemp(b.TempDir(), "rusage")
+	require.NoError(b, err)
+	defer usage.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
+	cmd.ExtraFiles = []*os.File{usage}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if out != nil {
@@ -149,7 +164,10 @@ func run(b *testing.B, argv, env []string, out io.Writer) []byte {
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, stderr.Bytes())
 	}
-	return stdout.Bytes()
+	var user, sys, maxrssKiB int64
+	_, err = fmt.Fscan(io.NewSectionReader(usage, 0, 1<<10), &user, &sys, &maxrssKiB)
+	require.NoError(b, err, "rusage's report")
+	return stdout.Bytes(), time.Duration(user + sys), maxrssKiB << 10
 }
 
 func objectKey(obj map[string]any) string {
