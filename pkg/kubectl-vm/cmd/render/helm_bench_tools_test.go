@@ -22,7 +22,13 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
+
+// TestMain gives the benchmark's kubectl-vm a place (vmopbin).
+func TestMain(m *testing.M) {
+	os.Exit(vmopbin.Main(m))
+}
 
 // BenchmarkRenderVsHelm measures the kubectl-vm binary's render -f FILE
 // against helm template on a chart (testdata/helm) that writes the same
@@ -41,12 +47,10 @@ func BenchmarkRenderVsHelm(b *testing.B) {
 	require.NoError(b, err, "hack/build-helm.sh")
 	helm := strings.TrimSpace(string(out))
 	dir := b.TempDir()
-	kubectlVM, rusage := filepath.Join(dir, "kubectl-vm"), filepath.Join(dir, "rusage")
-	for bin, pkg := range map[string]string{kubectlVM: "../../../../cmd/kubectl-vm", rusage: "./testdata/rusage"} {
-		build := exec.Command("go", "build", "-o", bin, pkg)
-		build.Stderr = os.Stderr
-		require.NoError(b, build.Run())
-	}
+	kubectlVM, rusage := vmopbin.Build(b, "kubectl-vm"), filepath.Join(dir, "rusage")
+	build := exec.Command("go", "build", "-o", rusage, "./testdata/rusage")
+	build.Stderr = os.Stderr
+	require.NoError(b, build.Run())
 	doc, err := os.ReadFile("../../../../examples/local-path-test-vm.yaml")
 	require.NoError(b, err)
 
