@@ -13,10 +13,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"syscall"
 	"time"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
@@ -49,8 +51,7 @@ func Dial(ctx context.Context, socket string) (*Client, error) {
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	conn, err := dialBusy(ctx, socket)
 	if err != nil {
 		return nil, err
 	}
@@ -60,6 +61,28 @@ func Dial(ctx context.Context, socket string) (*Client, error) {
 		return nil, fmt.Errorf("guest agent: no answer: %w", err)
 	}
 	return c, nil
+}
+
+// busyRetry is how often dialBusy tries a busy socket again.
+const busyRetry = 50 * time.Millisecond
+
+// dialBusy connects to socket, waiting while it is busy: qemu serves the
+// agent's port to one client at a time and keeps next to none waiting, so
+// that a client that comes while another (the runner, kubectl vm) talks
+// to the agent is refused with EAGAIN rather than queued.
+func dialBusy(ctx context.Context, socket string) (net.Conn, error) {
+	var d net.Dialer
+	for {
+		conn, err := d.DialContext(ctx, "unix", socket)
+		if !errors.Is(err, syscall.EAGAIN) {
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (another client talks to the guest agent)", err)
+		case <-time.After(busyRetry):
+		}
+	}
 }
 
 // Close ends the connection, letting the next client in.

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +134,49 @@ func TestDialWithoutAgent(t *testing.T) {
 	defer cancel()
 	_, err := guestagent.Dial(ctx, socket)
 	require.Error(t, err)
+}
+
+// TestDialWaitsWhileBusy: with another client connected and the socket's
+// backlog full, as qemu's is, a connect is refused with EAGAIN; Dial waits
+// until the other client is done.
+func TestDialWaitsWhileBusy(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "ga.sock")
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrUnix{Name: socket}))
+	require.NoError(t, syscall.Listen(fd, 0))
+	l, err := net.FileListener(os.NewFile(uintptr(fd), socket))
+	require.NoError(t, err)
+	syscall.Close(fd)
+	t.Cleanup(func() { l.Close() })
+	// Fill the backlog: connects go through until one is refused.
+	var held []net.Conn
+	for {
+		c, err := net.Dial("unix", socket)
+		if err != nil {
+			require.ErrorIs(t, err, syscall.EAGAIN)
+			break
+		}
+		held = append(held, c)
+		require.Less(t, len(held), 64, "the backlog never fills")
+	}
+	// The other clients are done after a while; the agent then answers.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		for _, c := range held {
+			c.Close()
+		}
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go serve(conn, "")
+		}
+	}()
+	c, err := guestagent.Dial(t.Context(), socket)
+	require.NoError(t, err)
+	c.Close()
 }
 
 // FuzzAgentOutput: whatever the guest's end of the port writes (the guest
