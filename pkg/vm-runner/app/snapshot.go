@@ -237,6 +237,11 @@ func newSnapshotMachineIDCmd() *cobra.Command {
 		Short: "Give the Linux guest on a clone's disk a new machine id; print the files changed",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// A Block disk is the runner's to open once the node agent
+			// prepared the pod; this may be the first command in it.
+			if err := nodeagent.WaitPrepared(context.Background()); err != nil {
+				return exit(runnerconfig.ExitFailed, err)
+			}
 			changed, err := machineid.Renew(args[0])
 			for _, c := range changed {
 				fmt.Fprintln(cmd.OutOrStdout(), c)
