@@ -373,26 +373,10 @@ func BenchmarkStartLatency(b *testing.B) {
 	}
 }
 
-// agentVM is what BenchmarkNodeAgent runs 50 of on the agent's node: the
-// pod a VM gets by default, with a disk and a display.
-const agentVM = `apiVersion: vmoperator.jdrupes.org/v1
-kind: VirtualMachine
-metadata:
-  name: %s
-spec:
-  nodeName: node-1
-  vm:
-    state: Running
-    maximumCpus: 2
-    maximumRam: 1Gi
-    disks:
-    - volumeClaimTemplate:
-        metadata: {name: system}
-        spec:
-          resources: {requests: {storage: 1Gi}}
-    display:
-      spice: {}
-`
+// agentVM is what BenchmarkNodeAgent runs 50 of on the agent's node:
+// scaleVM, running, so the pod a VM gets by default, with a disk and a
+// display.
+var agentVM = strings.Replace(scaleVM, "  vm:\n", "  vm:\n    state: Running\n", 1)
 
 // BenchmarkNodeAgent runs vm-node, as its DaemonSet's service account,
 // for a node with 50 running VM pods (kwok runs them: no container asks
