@@ -23,6 +23,7 @@ type Writer struct {
 	w      *bufio.Writer
 	format string
 	n      int
+	yaml   emitter
 }
 
 // NewWriter writes in format to w. Call Close at the end.
@@ -39,7 +40,7 @@ func NewWriter(w io.Writer, format string) (*Writer, error) {
 // without its top-level status, which only a cluster writes.
 func (w *Writer) WriteObject(obj any) error {
 	if w.format == FormatYAML {
-		y, err := YAML(obj)
+		y, err := w.yaml.marshal(obj, true)
 		if err != nil {
 			return err
 		}

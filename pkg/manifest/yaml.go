@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	yamlv2 "go.yaml.in/yaml/v2"
@@ -125,20 +126,26 @@ func manifestJSON(obj any) ([]byte, error) {
 func YAML(obj any) ([]byte, error) { return toYAML(obj, true) }
 
 // Marshal returns a Go value in YAML as kubectl prints it (sorted keys,
-// sequences at their key's indent): its encoding/json form written by
-// yaml.v2, as sigs.k8s.io/yaml.Marshal does.
+// sequences at their key's indent): its encoding/json form written as
+// yaml.v2 writes it, as sigs.k8s.io/yaml.Marshal does.
 func Marshal(obj any) ([]byte, error) { return toYAML(obj, false) }
 
-// toYAML decodes the JSON with encoding/json, not as YAML as
-// sigs.k8s.io/yaml.Marshal does: yaml.v2's reader refuses characters that
-// encoding/json writes unescaped (DEL, C1 controls, a BOM inside a
-// string), while its writer escapes them.
+// emitters keep their buffers for the next object.
+var emitters = sync.Pool{New: func() any { return new(emitter) }}
+
 func toYAML(obj any, manifest bool) ([]byte, error) {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
-	d := json.NewDecoder(bytes.NewReader(b))
+	e := emitters.Get().(*emitter)
+	defer emitters.Put(e)
+	y, err := e.marshal(obj, manifest)
+	return bytes.Clone(y), err
+}
+
+// yamlV2 writes JSON as yaml.v2 does. It decodes the JSON with
+// encoding/json, not as YAML as sigs.k8s.io/yaml.Marshal does: yaml.v2's
+// reader refuses characters that encoding/json writes unescaped (DEL, C1
+// controls, a BOM inside a string), while its writer escapes them.
+func yamlV2(js []byte, manifest bool) ([]byte, error) {
+	d := json.NewDecoder(bytes.NewReader(js))
 	d.UseNumber()
 	var v any
 	if err := d.Decode(&v); err != nil {
@@ -147,7 +154,8 @@ func toYAML(obj any, manifest bool) ([]byte, error) {
 	if m, ok := v.(map[string]any); ok && manifest {
 		delete(m, "status")
 	}
-	if v, err = yamlNumbers(v); err != nil {
+	v, err := yamlNumbers(v)
+	if err != nil {
 		return nil, err
 	}
 	return yamlv2.Marshal(v)
