@@ -101,6 +101,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzRender -fuzztime $(FUZZTIME) ./pkg/render
 	$(GO) test -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME) ./pkg/manifest
 	$(GO) test -run '^$$' -fuzz FuzzWriterYAML -fuzztime $(FUZZTIME) ./pkg/manifest
+	$(GO) test -run '^$$' -fuzz FuzzEmitter -fuzztime $(FUZZTIME) ./pkg/manifest
 	$(GO) test -run '^$$' -fuzz FuzzLabelsOK -fuzztime $(FUZZTIME) ./pkg/api/v1
 	$(GO) test -run '^$$' -fuzz FuzzDNSLabelErrors -fuzztime $(FUZZTIME) ./pkg/api/v1
 	$(GO) test -run '^$$' -fuzz FuzzParseDisk -fuzztime $(FUZZTIME) ./pkg/kubectl-vm/cmd/create
