@@ -4,8 +4,9 @@ BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X github.com/vmop/vmop/pkg/version.Version=$(VERSION)
 FUZZTIME  ?= 30s
+DIST      ?= dist
 
-.PHONY: all build unit test lint e2e cluster kwok-cluster deps bench fuzz contract generate verify example vet images push-images
+.PHONY: all build unit test lint e2e cluster kwok-cluster deps bench fuzz contract generate verify example vet images push-images release
 
 all: build
 
@@ -13,15 +14,15 @@ all: build
 build:
 	$(GO) build -tags grpcnotrace -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
-## vm-runner, vm-operator and kubectl-vm images as OCI archives in
-## dist/images, tagged VERSION (no container engine needed).
+## vm-runner, vm-operator, vm-node and kubectl-vm images as OCI archives
+## in DIST/images, tagged VERSION (no container engine needed).
 images:
-	$(GO) run ./hack/images -version $(VERSION) -out dist/images
+	$(GO) run ./hack/images -version $(VERSION) -out $(DIST)/images
 
 ## The same images, pushed to REGISTRY (e.g. registry.example:5000/vmop).
 push-images:
 	@test -n "$(REGISTRY)" || { echo "usage: make push-images REGISTRY=host[:port]/path"; exit 1; }
-	$(GO) run ./hack/images -version $(VERSION) -out dist/images -push $(REGISTRY)
+	$(GO) run ./hack/images -version $(VERSION) -out $(DIST)/images -push $(REGISTRY)
 
 ## Render the bundled example: no cluster needed.
 example:
@@ -116,10 +117,18 @@ fuzz:
 ## archives for linux and darwin on amd64 and arm64 in DIST, and the
 ## manifest for them, DIST/vm.yaml, from the template krew/vm.yaml.
 ## KREW_PLATFORMS="linux/amd64" builds (and lists) only those.
-DIST ?= dist
 .PHONY: krew
 krew:
 	GO=$(GO) KREW_PLATFORMS="$(KREW_PLATFORMS)" hack/krew-dist.sh $(VERSION) $(DIST)
+
+## The release of VERSION (a tag such as v0.1.0), as
+## .github/workflows/release.yml makes it on a tag: make krew, make
+## push-images to REGISTRY, and the tag's GitHub release with the krew
+## archives and manifest (gh). DRY_RUN=1 prints the gh command instead of
+## running it; the images still go to REGISTRY, so give one of your own.
+release:
+	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=host[:port]/path VERSION=v0.1.0 [DRY_RUN=1]"; exit 1; }
+	GO=$(GO) MAKE=$(MAKE) DRY_RUN="$(DRY_RUN)" hack/release.sh $(VERSION) $(REGISTRY) $(DIST)
 
 ## What is generated or tidied is as it should be: the deep-copy
 ## functions regenerated (a stale file is replaced: commit it) and
