@@ -260,8 +260,10 @@ func (c *Cluster) poll(ctx context.Context, ref string, what func() string, stuc
 		if ctx.Err() == nil { // not the wait's own end
 			last = err
 			if !ok && stuck != nil {
-				// What cannot be read now leaves what was said before.
-				if lines, serr := stuck(ctx); serr == nil {
+				// What cannot be read now, or a moment with no reason known
+				// (a crash-looping container between its restarts), leaves
+				// what was said before.
+				if lines, serr := stuck(ctx); serr == nil && len(lines) > 0 {
 					stuckOn = lines
 				}
 				for _, line := range stuckOn {

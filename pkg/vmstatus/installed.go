@@ -47,8 +47,23 @@ func PodsStuck(pods []corev1.Pod, events []corev1.Event) []string {
 func podStuck(pod *corev1.Pod, events []corev1.Event) string {
 	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
 		w := cs.State.Waiting
-		if w != nil && (slices.Contains(PullFailures, w.Reason) || slices.Contains(StartFailures, w.Reason) || w.Reason == "CrashLoopBackOff") {
+		switch {
+		case w == nil:
+		case slices.Contains(PullFailures, w.Reason):
+			return fmt.Sprintf("container %s: %s: %s; check that the image exists and that the node reaches its registry "+
+				"(a mirror: kubectl vm install --image-registry)", cs.Name, w.Reason, w.Message)
+		case slices.Contains(StartFailures, w.Reason):
 			return fmt.Sprintf("container %s: %s: %s", cs.Name, w.Reason, w.Message)
+		case w.Reason == "CrashLoopBackOff":
+			// The back-off's message says only when it tries again.
+			why := fmt.Sprintf("container %s: %s: failed %d times", cs.Name, w.Reason, cs.RestartCount)
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				why += fmt.Sprintf(", last with exit code %d", t.ExitCode)
+				if m := lastLine(t.Message); m != "" {
+					why += ": " + m
+				}
+			}
+			return fmt.Sprintf("%s; its log: kubectl logs -n %s %s -c %s --previous", why, pod.Namespace, pod.Name, cs.Name)
 		}
 	}
 	if pc := unscheduled(pod); pc != nil {
@@ -68,6 +83,13 @@ func podStuck(pod *corev1.Pod, events []corev1.Event) string {
 		why += "; if the nodes' kubelet keeps its files elsewhere (its --root-dir), give that directory: kubectl vm install --kubelet-root-dir DIR"
 	}
 	return why
+}
+
+// lastLine is the last line of a container's termination message (its
+// log's end, where a program says why it ended), "" if it is empty.
+func lastLine(msg string) string {
+	lines := strings.Split(strings.TrimSpace(msg), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // LatestWarning is the last seen of events' warnings that match, or nil.
