@@ -104,11 +104,14 @@ func LatestWarning(events []corev1.Event, match func(*corev1.Event) bool) *corev
 	return latest
 }
 
-// NodeAgentStuck says what keeps the node agent's pods from running
-// (WorkloadStuck), read from its DaemonSet's namespace: why a VM waits for
-// the agent (NodeAgentMissing). Reading that namespace is an
-// administrator's right; the error says so.
-func NodeAgentStuck(ctx context.Context, kube kubernetes.Interface) ([]string, error) {
+// NodeAgentStuck says what keeps the node agent's pods from running,
+// read from its DaemonSet's namespace: why a VM waits for the agent. With
+// node "" it is WorkloadStuck (a VM's pod that no node takes); else it
+// is about the agent's pod on node, also when no reason is known: that
+// the pod is not ready, or that there is none. Nil while the pod is
+// ready. Reading that namespace is an administrator's right; the error
+// says so.
+func NodeAgentStuck(ctx context.Context, kube kubernetes.Interface, node string) ([]string, error) {
 	ds, err := kube.AppsV1().DaemonSets(nodeAgentNamespace).Get(ctx, nodeAgentDaemonSet, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return []string{fmt.Sprintf("namespace %s has no DaemonSet %s: kubectl vm install (--node-agent-only where no operator runs) installs it",
@@ -117,7 +120,29 @@ func NodeAgentStuck(ctx context.Context, kube kubernetes.Interface) ([]string, e
 	if err != nil {
 		return nil, err
 	}
-	return WorkloadStuck(ctx, kube, nodeAgentNamespace, "DaemonSet", nodeAgentDaemonSet, ds.Spec.Selector)
+	if node == "" {
+		return WorkloadStuck(ctx, kube, nodeAgentNamespace, "DaemonSet", nodeAgentDaemonSet, ds.Spec.Selector)
+	}
+	pods, events, err := podsAndEvents(ctx, kube, nodeAgentNamespace, ds.Spec.Selector)
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil {
+			continue
+		}
+		if podReady(pod) {
+			return nil, nil
+		}
+		if lines := PodsStuck(pods[i:i+1], events); lines != nil {
+			return lines, nil
+		}
+		return []string{fmt.Sprintf("pod %s on node %s is not ready (%s); kubectl describe pod -n %s %[1]s says why",
+			pod.Name, node, pod.Status.Phase, nodeAgentNamespace)}, nil
+	}
+	return []string{fmt.Sprintf("daemonset %s has no pod on node %s; kubectl describe daemonset -n %s %[1]s says why",
+		nodeAgentDaemonSet, node, nodeAgentNamespace)}, nil
 }
 
 // WorkloadStuck says what keeps the pods of a workload of vmop's (a
@@ -126,15 +151,7 @@ func NodeAgentStuck(ctx context.Context, kube kubernetes.Interface) ([]string, e
 // cannot create (a Deployment's ReplicaSets report it), and PodsStuck.
 // None while nothing is known to be wrong.
 func WorkloadStuck(ctx context.Context, kube kubernetes.Interface, namespace, kind, name string, selector *metav1.LabelSelector) ([]string, error) {
-	sel, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil {
-		return nil, err
-	}
-	pods, err := kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-	if err != nil {
-		return nil, err
-	}
-	events, err := kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+	pods, events, err := podsAndEvents(ctx, kube, namespace, selector)
 	if err != nil {
 		return nil, err
 	}
@@ -143,11 +160,29 @@ func WorkloadStuck(ctx context.Context, kube kubernetes.Interface, namespace, ki
 		creator = "ReplicaSet"
 	}
 	var lines []string
-	if e := LatestWarning(events.Items, func(e *corev1.Event) bool {
+	if e := LatestWarning(events, func(e *corev1.Event) bool {
 		o := e.InvolvedObject
 		return e.Reason == EventFailedCreate && o.Kind == creator && (o.Name == name || strings.HasPrefix(o.Name, name+"-"))
 	}); e != nil {
 		lines = append(lines, fmt.Sprintf("%s %s cannot create its pod: %s", strings.ToLower(kind), name, e.Message))
 	}
-	return append(lines, PodsStuck(pods.Items, events.Items)...), nil
+	return append(lines, PodsStuck(pods, events)...), nil
+}
+
+// podsAndEvents are the pods of namespace that selector picks and the
+// namespace's events.
+func podsAndEvents(ctx context.Context, kube kubernetes.Interface, namespace string, selector *metav1.LabelSelector) ([]corev1.Pod, []corev1.Event, error) {
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return nil, nil, err
+	}
+	pods, err := kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, nil, err
+	}
+	events, err := kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pods.Items, events.Items, nil
 }

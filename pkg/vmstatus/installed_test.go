@@ -93,7 +93,7 @@ func TestWorkloadStuck(t *testing.T) {
 			Status: corev1.PodStatus{Phase: corev1.PodPending}},
 	}
 	kube := fake.NewClientset(objs...)
-	lines, err := NodeAgentStuck(t.Context(), kube)
+	lines, err := NodeAgentStuck(t.Context(), kube, "")
 	require.NoError(t, err)
 	require.Equal(t, []string{
 		"pod vm-node-a on node n1: FailedMount: " + mountFailed +
@@ -106,8 +106,22 @@ func TestWorkloadStuck(t *testing.T) {
 		"pod vm-node-d: no node takes it: 0/2 nodes are available: 2 Insufficient memory.",
 	}, lines)
 
+	// The pod on one node: what it is stuck on, or that it is not ready,
+	// or that there is none; nothing when it is ready.
+	for node, want := range map[string][]string{
+		"n1": lines[:1],
+		"n3": lines[2:3],
+		"n4": nil,
+		"n5": {"pod vm-node-f on node n5 is not ready (Pending); kubectl describe pod -n vmop-system vm-node-f says why"},
+		"n9": {"daemonset vm-node has no pod on node n9; kubectl describe daemonset -n vmop-system vm-node says why"},
+	} {
+		got, err := NodeAgentStuck(t.Context(), kube, node)
+		require.NoError(t, err)
+		require.Equal(t, want, got, node)
+	}
+
 	// Not installed.
-	lines, err = NodeAgentStuck(t.Context(), fake.NewClientset())
+	lines, err = NodeAgentStuck(t.Context(), fake.NewClientset(), "n1")
 	require.NoError(t, err)
 	require.Equal(t, []string{"namespace vmop-system has no DaemonSet vm-node: kubectl vm install (--node-agent-only where no operator runs) installs it"}, lines)
 }

@@ -59,7 +59,10 @@ func newCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 		Long: `Show a virtual machine's spec next to what the cluster reports: desired
 and actual state, CPUs and RAM (asked for, and in use as the runner reports
 them), CD drives, display, pending restart, pod, disks and the conditions
-that vm-operator and the runner write.
+that vm-operator and the runner write. While the VM waits for vmop's node
+agent, a "Node agent" line says what the agent's pod on the VM's node (or
+on any node, before the VM's pod has one) is stuck on, for whoever may read
+its namespace.
 
 Without a VirtualMachine (GitOps mode) the spec is the VM's ConfigMap and
 StatefulSet, and only the pod (and the claims it waits for) tells what the

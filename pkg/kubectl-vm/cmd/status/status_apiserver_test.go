@@ -130,6 +130,23 @@ func TestNodeAgentStuck(t *testing.T) {
 	require.Regexp(t, `(?m)^Status:\s+NodeAgentMissing: No node offers`, r.Stdout)
 	require.Regexp(t, `(?m)^Node agent:\s+pod vm-node-x1 on node elsewhere: FailedMount: `+regexp.QuoteMeta(mount)+
 		`; if the nodes' kubelet keeps its files elsewhere \(its --root-dir\), give that directory: kubectl vm install --kubelet-root-dir DIR$`, r.Stdout)
+
+	// The VM's pod on node n2, where the agent did not answer it: only the
+	// agent's pod there counts, and there is none.
+	failed := `{"status":{"conditions":[{"type":"Failed","status":"True","reason":"NodeAgentFailed",` +
+		`"message":"vmop's node agent did not answer within 2m0s.","lastTransitionTime":"` + e.Start.UTC().Format(time.RFC3339) + `"}]}}`
+	_, err = e.Dynamic.Resource(v1.GroupVersionResource).Namespace(vmtest.Namespace).Patch(ctx, vmtest.Stopped, types.MergePatchType, []byte(failed), metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+	_, err = e.Kube.CoreV1().Pods(vmtest.Namespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: vmtest.Stopped + "-0"},
+		Spec: corev1.PodSpec{NodeName: "n2", AutomountServiceAccountToken: new(false),
+			Containers: []corev1.Container{{Name: "runner", Image: "example.org/x"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	r = run(t, e, "-n", vmtest.Namespace, vmtest.Stopped)
+	require.NoError(t, r.Err)
+	require.Regexp(t, `(?m)^Status:\s+NodeAgentFailed: `, r.Stdout)
+	require.Regexp(t, `(?m)^Node agent:\s+daemonset vm-node has no pod on node n2; kubectl describe daemonset -n vmop-system vm-node says why$`, r.Stdout)
 }
 
 // TestHelp: the help shows how it is called, with examples.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
+	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmpod"
@@ -41,9 +43,10 @@ type View struct {
 	// derived are the conditions as the operator derives them from the
 	// pod, for GitOps mode, where no operator writes them.
 	derived vmstatus.Conditions
-	// NodeAgent is, while the VM waits for the node agent
-	// (NodeAgentMissing), what the agent's pods are stuck on, or why that
-	// cannot be read (NodeAgentErr).
+	// NodeAgent is, while the VM may wait for the node agent
+	// (NodeAgentMissing, NodeAgentFailed, or a runner not ready on its
+	// node), what the agent's pods there are stuck on, or why that cannot
+	// be read (NodeAgentErr).
 	NodeAgent    []string
 	NodeAgentErr error
 }
@@ -75,13 +78,43 @@ func Load(ctx context.Context, c *vmclient.Client, vm *vmclient.VM) (*View, erro
 		// As the operator reads its StatefulSet's events.
 		v.derived.Failed = f
 	}
-	if phase, _ := v.Phase(); phase == v1.ReasonNodeAgentMissing {
-		v.NodeAgent, v.NodeAgentErr = vmstatus.NodeAgentStuck(ctx, c.Kube)
+	switch phase, _ := v.Phase(); {
+	case phase == v1.ReasonNodeAgentMissing || phase == v1.ReasonNodeAgentFailed:
+		v.NodeAgent, v.NodeAgentErr = vmstatus.NodeAgentStuck(ctx, c.Kube, v.podNode())
 		if v.NodeAgentErr != nil {
 			v.NodeAgentErr = c.Explain(v.NodeAgentErr)
 		}
+	case v.mayWaitForAgent():
+		// Only the agent's trouble is news here: not being allowed to
+		// read its namespace says nothing about this VM.
+		v.NodeAgent, _ = vmstatus.NodeAgentStuck(ctx, c.Kube, v.podNode())
 	}
 	return v, nil
+}
+
+// podNode is the node of the VM's pod, "" before it has one.
+func (v *View) podNode() string {
+	if v.Pod == nil {
+		return ""
+	}
+	return v.Pod.Spec.NodeName
+}
+
+// mayWaitForAgent tells whether the VM's runner, which the node agent
+// serves (it requests the agent's devices), is on a node and not ready:
+// before qemu starts it waits for the agent there.
+func (v *View) mayWaitForAgent() bool {
+	if v.podNode() == "" || v.Pod.DeletionTimestamp != nil || v.State() != v1.StateRunning {
+		return false
+	}
+	served := slices.ContainsFunc(v.Pod.Spec.Containers, func(c corev1.Container) bool {
+		_, ok := c.Resources.Limits[nodeagent.Resource]
+		return c.Name == render.ContainerRunner && ok
+	})
+	ready := slices.ContainsFunc(v.Pod.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool {
+		return cs.Name == render.ContainerRunner && cs.Ready
+	})
+	return served && !ready
 }
 
 // ExplainClaims reads, in GitOps mode, the claims that v's pod waits for
