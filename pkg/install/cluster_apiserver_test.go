@@ -48,33 +48,22 @@ var (
 // RBAC is least privilege and that the admission policy keeps a runner to
 // its own VM. One cluster serves all subtests.
 func TestOnAPIServer(t *testing.T) {
-	c := testcluster.New(t)
+	s := newServer(t)
 	ctx := t.Context()
-	cs, err := kubernetes.NewForConfig(c.Config)
-	require.NoError(t, err)
-	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
-	require.NoError(t, err)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	var out bytes.Buffer
-	cluster, err := install.Connect(c.Config, mapper, &out)
-	require.NoError(t, err)
-	objs, err := install.Objects(install.Options{})
-	require.NoError(t, err)
-	require.NoError(t, cluster.Apply(ctx, objs))
-	require.Equal(t, len(objs), strings.Count(out.String(), " serverside-applied\n"), out.String())
+	cs := s.Client()
+	objs := s.install(t, install.Options{})
+	require.Equal(t, len(objs), strings.Count(s.out.String(), " serverside-applied\n"), s.out.String())
 
 	// The operator creates the runner's identity in a VM namespace; doing it
 	// as the operator shows that it may.
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vmNamespace}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	asOperator := impersonate(t, c.Config, operatorUser)
+	asOperator := impersonate(t, s.Config, operatorUser)
 	sa, rb := install.RunnerAccess(vmNamespace)
-	_, err = asOperator.CoreV1().ServiceAccounts(vmNamespace).Create(ctx, sa, metav1.CreateOptions{})
+	_, err := asOperator.CoreV1().ServiceAccounts(vmNamespace).Create(ctx, sa, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = asOperator.RbacV1().RoleBindings(vmNamespace).Create(ctx, rb, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	t.Run("install --wait says why it waits", func(t *testing.T) { testWaitSaysWhy(t, cs, cluster, &out) })
+	t.Run("install --wait says why it waits", func(t *testing.T) { testWaitSaysWhy(t, cs, s.cluster, s.out) })
 
 	t.Run("operator rights", func(t *testing.T) {
 		for _, a := range []struct {
@@ -194,7 +183,7 @@ func TestOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("runner changes only its own VM", func(t *testing.T) {
-		testRunnerOwnVM(t, c.Config, cs)
+		testRunnerOwnVM(t, s.Config, cs)
 	})
 }
 
@@ -441,24 +430,59 @@ func raNamed(verb, group, resource, name string) authorizationv1.ResourceAttribu
 	return authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Name: name}
 }
 
-// saGroups are the groups of a service account's requests.
-func saGroups(user string) []string {
-	ns := strings.Split(user, ":")[2]
-	return []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+// server is a bare API server (no controller, no node, and vmop's CRD
+// only once installed) and install's Cluster on it, which writes to out.
+type server struct {
+	*testcluster.Cluster
+	cluster *install.Cluster
+	out     *bytes.Buffer
+}
+
+func newServer(t *testing.T) *server {
+	t.Helper()
+	c := testcluster.New(t)
+	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	require.NoError(t, err)
+	out := &bytes.Buffer{}
+	cluster, err := install.Connect(c.Config, restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), out)
+	require.NoError(t, err)
+	return &server{Cluster: c, cluster: cluster, out: out}
+}
+
+// install applies what opts install and creates the namespace
+// vmNamespace for VMs; it returns the objects applied.
+func (s *server) install(t *testing.T, opts install.Options) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := install.Objects(opts)
+	require.NoError(t, err)
+	require.NoError(t, s.cluster.Apply(t.Context(), objs))
+	require.NoError(t, s.CreateNamespace(t.Context(), vmNamespace))
+	return objs
+}
+
+// groups are the groups of user's requests: a service account's, or
+// those of any user who logged in.
+func groups(user string) []string {
+	parts := strings.Split(user, ":")
+	if len(parts) != 4 || parts[1] != "serviceaccount" {
+		return []string{"system:authenticated"}
+	}
+	return []string{"system:serviceaccounts", "system:serviceaccounts:" + parts[2], "system:authenticated"}
 }
 
 func can(t *testing.T, cs kubernetes.Interface, user string, attrs authorizationv1.ResourceAttributes) bool {
 	t.Helper()
 	r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: saGroups(user), ResourceAttributes: &attrs},
+		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups(user), ResourceAttributes: &attrs},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return r.Status.Allowed
 }
 
+// impersonate is a client that acts as user.
 func impersonate(t *testing.T, admin *rest.Config, user string) kubernetes.Interface {
 	cfg := rest.CopyConfig(admin)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: saGroups(user)}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups(user)}
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	return cs

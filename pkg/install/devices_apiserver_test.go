@@ -1,7 +1,6 @@
 package install_test
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,10 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
@@ -23,36 +18,21 @@ import (
 	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/vmpod"
-	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // TestDevicesOnAPIServer: only a VM's pod as vmop renders it may request
 // the node agent's devices; pods that do not request them are left alone.
 func TestDevicesOnAPIServer(t *testing.T) {
-	c := testcluster.New(t)
+	s := newServer(t)
 	ctx := t.Context()
-	cs, err := kubernetes.NewForConfig(c.Config)
-	require.NoError(t, err)
-	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
-	require.NoError(t, err)
-	var out bytes.Buffer
-	cluster, err := install.Connect(c.Config, restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), &out)
-	require.NoError(t, err)
+	cs := s.Client()
 	// The node agent alone, as for GitOps, trusting two more repositories.
-	objs, err := install.Objects(install.Options{NodeAgentOnly: true,
-		RunnerRepositories: []string{"docker.io/me/vm-runner", "localhost:5000/vm-runner"}})
-	require.NoError(t, err)
-	require.NoError(t, cluster.Apply(ctx, objs))
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vmNamespace}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	// No controller manager makes the default ServiceAccount.
+	s.install(t, install.Options{NodeAgentOnly: true, RunnerRepositories: []string{"docker.io/me/vm-runner", "localhost:5000/vm-runner"}})
+	// Operator mode's pods run as its runner account, which no operator
+	// makes here.
 	sa, _ := install.RunnerAccess(vmNamespace)
-	for _, name := range []string{"default", sa.Name} {
-		_, err = cs.CoreV1().ServiceAccounts(vmNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-		if !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err)
-		}
-	}
+	_, err := cs.CoreV1().ServiceAccounts(vmNamespace).Create(ctx, sa, metav1.CreateOptions{})
+	require.NoError(t, err)
 
 	// A VM with init containers that import and fetch its disks.
 	data, err := os.ReadFile(filepath.Join("..", "render", "testdata", "disk-source", "input.yaml"))

@@ -1,19 +1,13 @@
 package install_test
 
 import (
-	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 
 	"github.com/vmop/vmop/pkg/install"
-	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
 // TestExistingNamespaceOnAPIServer: installing into a namespace that is
@@ -21,16 +15,9 @@ import (
 // unless the namespace admits them already, and then left as it is, also
 // by uninstall.
 func TestExistingNamespaceOnAPIServer(t *testing.T) {
-	c := testcluster.New(t)
+	s := newServer(t)
 	ctx := t.Context()
-	cs, err := kubernetes.NewForConfig(c.Config)
-	require.NoError(t, err)
-	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
-	require.NoError(t, err)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	var out bytes.Buffer
-	cluster, err := install.Connect(c.Config, mapper, &out)
-	require.NoError(t, err)
+	cs, cluster, out := s.Client(), s.cluster, s.out
 	namespace := func(name string, labels map[string]string) {
 		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -58,7 +45,7 @@ func TestExistingNamespaceOnAPIServer(t *testing.T) {
 	require.Equal(t, restricted, labels("team-a"))
 	require.Equal(t, map[string]string{"kubernetes.io/metadata.name": "team-b"}, labels("team-b"))
 	// Nothing was installed: not even the CRD, which comes first.
-	_, err = cs.Discovery().ServerResourcesForGroupVersion("vmoperator.jdrupes.org/v1")
+	_, err := cs.Discovery().ServerResourcesForGroupVersion("vmoperator.jdrupes.org/v1")
 	require.Error(t, err)
 
 	// A namespace that admits privileged pods already is left as it is.

@@ -1,7 +1,6 @@
 package install_test
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,12 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -33,21 +27,10 @@ import (
 // runs only vm-runner in a pod's container runner; whoever may attach to
 // pods as well (edit, admin) keeps exec as it was.
 func TestUserOnAPIServer(t *testing.T) {
-	c := testcluster.New(t)
+	s := newServer(t)
 	ctx := t.Context()
-	cs, err := kubernetes.NewForConfig(c.Config)
-	require.NoError(t, err)
-	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
-	require.NoError(t, err)
-	var out bytes.Buffer
-	cluster, err := install.Connect(c.Config, restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), &out)
-	require.NoError(t, err)
-	objs, err := install.Objects(install.Options{})
-	require.NoError(t, err)
-	require.NoError(t, cluster.Apply(ctx, objs))
-
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vmNamespace}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	cs := s.Client()
+	s.install(t, install.Options{})
 	// alice may run VMs; bob may too, and attach to and exec into any pod
 	// (as edit may).
 	bind := func(name, user, role string) {
@@ -60,7 +43,7 @@ func TestUserOnAPIServer(t *testing.T) {
 	}
 	bind("alice", "alice", install.UserClusterRole)
 	bind("bob", "bob", install.UserClusterRole)
-	_, err = cs.RbacV1().Roles(vmNamespace).Create(ctx, &rbacv1.Role{
+	_, err := cs.RbacV1().Roles(vmNamespace).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "debug"},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach"}, Verbs: []string{"get", "create"}}},
 	}, metav1.CreateOptions{})
@@ -72,9 +55,6 @@ func TestUserOnAPIServer(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	user := func(name string) authorizationv1.SubjectAccessReviewSpec {
-		return authorizationv1.SubjectAccessReviewSpec{User: name, Groups: []string{"system:authenticated"}}
-	}
 	for _, a := range []struct {
 		allowed bool
 		attrs   authorizationv1.ResourceAttributes
@@ -90,19 +70,11 @@ func TestUserOnAPIServer(t *testing.T) {
 		{false, ra("update", "", "secrets", "", vmNamespace)},
 		{false, ra("create", "", "pods", "attach", vmNamespace)},
 	} {
-		spec := user("alice")
-		spec.ResourceAttributes = &a.attrs
-		r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		require.Equal(t, a.allowed, r.Status.Allowed, "alice may %+v", a.attrs)
+		require.Equal(t, a.allowed, can(t, cs, "alice", a.attrs), "alice may %+v", a.attrs)
 	}
 
 	// No kubelet runs: an exec that admission lets by fails on the pod's
 	// node, one it refuses never gets there.
-	_, err = cs.CoreV1().ServiceAccounts(vmNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
 	for _, p := range []struct{ name, container string }{{"vm-a-0", "runner"}, {"web", "app"}} {
 		_, err = cs.CoreV1().Pods(vmNamespace).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: p.name},
@@ -115,12 +87,10 @@ func TestUserOnAPIServer(t *testing.T) {
 		require.NoError(t, err)
 	}
 	exec := func(user, pod, container string, command ...string) error {
-		cfg := rest.CopyConfig(c.Config)
-		if user != "" { // else the admin
-			cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+		ucs := cs // the admin's
+		if user != "" {
+			ucs = impersonate(t, s.Config, user)
 		}
-		ucs, err := kubernetes.NewForConfig(cfg)
-		require.NoError(t, err)
 		return ucs.CoreV1().RESTClient().Post().Namespace(vmNamespace).Resource("pods").Name(pod).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: container, Command: command, Stdout: true}, scheme.ParameterCodec).
 			Do(ctx).Error()
@@ -156,7 +126,7 @@ func TestUserOnAPIServer(t *testing.T) {
 		require.NotContains(t, err.Error(), "vm-user", what)
 	}
 
-	testUserPods(t, c)
+	testUserPods(t, s.Cluster)
 }
 
 // testUserPods: of pods, vm-user creates only disk upload's uploader.
@@ -204,10 +174,7 @@ spec:
 		}
 		return p
 	}
-	cfg := rest.CopyConfig(c.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"system:authenticated"}}
-	alice, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
+	alice := impersonate(t, c.Config, "alice")
 	create := func(p *corev1.Pod) error {
 		_, err := alice.CoreV1().Pods(vmNamespace).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
@@ -244,9 +211,7 @@ spec:
 	}
 	// bob may attach, and create pods as before (his own right to create
 	// them is vm-user's).
-	cfg.Impersonate.UserName = "bob"
-	bob, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
+	bob := impersonate(t, c.Config, "bob")
 	_, err = bob.CoreV1().Pods(vmNamespace).Create(ctx, pod(func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{"sh"} }),
 		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err)
