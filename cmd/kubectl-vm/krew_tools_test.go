@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"sigs.k8s.io/yaml"
 
+	"github.com/vmop/vmop/test/harness/krewdist"
 	"github.com/vmop/vmop/test/harness/prereq"
 )
 
@@ -42,24 +40,6 @@ func buildKrew(t *testing.T) string {
 	return filepath.Join(dir, "krew")
 }
 
-// krewManifest is what the test checks of a krew plugin manifest; krew
-// itself validates the rest when it installs.
-type krewManifest struct {
-	Metadata struct{ Name string }
-	Spec     struct {
-		Version   string
-		Platforms []struct {
-			Selector struct {
-				MatchLabels map[string]string `json:"matchLabels"`
-			}
-			URI    string
-			Sha256 string
-			Bin    string
-			Files  []struct{ From, To string }
-		}
-	}
-}
-
 // TestKrewInstall builds the krew release with "make krew" and installs
 // it with krew as its manifest tells developers to, with a KREW_ROOT of
 // its own: the installed plugin must run, also as "kubectl vm". Only this
@@ -72,27 +52,7 @@ func TestKrewInstall(t *testing.T) {
 	r := runCmd(t, "", moduleRoot, "make", "krew", "VERSION="+testVersion, "DIST="+dist, "KREW_PLATFORMS="+host)
 	require.Zero(t, r.code, "%s\n%s", r.stdout, r.stderr)
 
-	data, err := os.ReadFile(filepath.Join(dist, "vm.yaml"))
-	require.NoError(t, err)
-	var m krewManifest
-	require.NoError(t, yaml.Unmarshal(data, &m))
-	require.Equal(t, "vm", m.Metadata.Name)
-	require.Equal(t, testVersion, m.Spec.Version)
-	var platforms []string
-	for _, p := range m.Spec.Platforms {
-		platform := p.Selector.MatchLabels["os"] + "_" + p.Selector.MatchLabels["arch"]
-		platforms = append(platforms, platform)
-		archive := "kubectl-vm_" + platform + ".tar.gz"
-		require.Equal(t, "https://github.com/vmop/vmop/releases/download/"+testVersion+"/"+archive, p.URI)
-		b, err := os.ReadFile(filepath.Join(dist, archive))
-		require.NoError(t, err)
-		sum := sha256.Sum256(b)
-		require.Equal(t, hex.EncodeToString(sum[:]), p.Sha256, archive)
-		require.Equal(t, "kubectl-vm", p.Bin)
-		// krew-index asks every plugin to install its license.
-		require.Contains(t, p.Files, struct{ From, To string }{"LICENSE", "."}, archive)
-	}
-	require.Equal(t, []string{runtime.GOOS + "_" + runtime.GOARCH}, platforms)
+	krewdist.Check(t, dist, testVersion)
 
 	krewRoot := t.TempDir()
 	krewEnv := []string{"KREW_ROOT=" + krewRoot}

@@ -11,8 +11,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -36,6 +34,7 @@ import (
 
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/test/harness/krewdist"
 	"github.com/vmop/vmop/test/harness/prereq"
 )
 
@@ -57,21 +56,6 @@ type workflow struct {
 			Name string
 			Run  string
 			Env  map[string]string
-		}
-	}
-}
-
-// krewManifest is what the test checks of the krew plugin manifest
-// (cmd/kubectl-vm's TestKrewInstall installs one with krew).
-type krewManifest struct {
-	Spec struct {
-		Version   string
-		Platforms []struct {
-			Selector struct {
-				MatchLabels map[string]string `json:"matchLabels"`
-			}
-			URI    string
-			Sha256 string
 		}
 	}
 }
@@ -136,7 +120,7 @@ func TestReleaseDryRun(t *testing.T) {
 	require.NoError(t, err)
 	require.ElementsMatch(t, repos, catalog, "the registry holds the four images, nothing else")
 
-	assets := krewRelease(t, dist)
+	assets := krewdist.Check(t, dist, testVersion)
 	require.Contains(t, string(out), "dry run, not run: gh release create "+testVersion+` --verify-tag --title vmop\ `+testVersion+" --generate-notes "+strings.Join(assets, " ")+"\n")
 
 	plugin := unpackPlugin(t, dist)
@@ -180,33 +164,6 @@ func releaseStep(t *testing.T, root string) string {
 	}
 	require.Len(t, runs, 1, "one step of release.yml runs make release")
 	return runs[0]
-}
-
-// krewRelease checks the krew manifest and this machine's archive in
-// dist and returns them as the GitHub release attaches them: the
-// manifest, then the archive.
-func krewRelease(t *testing.T, dist string) []string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dist, "vm.yaml"))
-	require.NoError(t, err)
-	var m krewManifest
-	require.NoError(t, yaml.Unmarshal(b, &m))
-	require.Equal(t, testVersion, m.Spec.Version)
-	assets := []string{filepath.Join(dist, "vm.yaml")}
-	var platforms []string
-	for _, p := range m.Spec.Platforms {
-		platform := p.Selector.MatchLabels["os"] + "_" + p.Selector.MatchLabels["arch"]
-		platforms = append(platforms, platform)
-		archive := "kubectl-vm_" + platform + ".tar.gz"
-		require.Equal(t, "https://github.com/vmop/vmop/releases/download/"+testVersion+"/"+archive, p.URI)
-		a, err := os.ReadFile(filepath.Join(dist, archive))
-		require.NoError(t, err)
-		sum := sha256.Sum256(a)
-		require.Equal(t, hex.EncodeToString(sum[:]), p.Sha256, archive)
-		assets = append(assets, filepath.Join(dist, archive))
-	}
-	require.Equal(t, []string{runtime.GOOS + "_" + runtime.GOARCH}, platforms)
-	return assets
 }
 
 // unpackPlugin returns kubectl-vm of this machine's platform from the
