@@ -37,9 +37,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
-	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/vm-node/deviceplugin"
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/prereq"

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 
 	"github.com/vmop/vmop/test/harness/testcluster"

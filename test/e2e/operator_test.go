@@ -28,10 +28,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
 	"github.com/vmop/vmop/pkg/manifest"
-	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/podsync"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/vmpod"

@@ -20,9 +20,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
-	"github.com/vmop/vmop/pkg/nodeagent"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-node/agent"

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"

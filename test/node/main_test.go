@@ -24,7 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmop/vmop/internal/imagebuild"
-	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/gitops"

@@ -21,7 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/vm-node/kubeapi"
 	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"

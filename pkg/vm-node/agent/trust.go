@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/vmpod"
 )
 

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/kvm"
-	"github.com/vmop/vmop/pkg/nodeagent"
 )
 
 const (

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
 )

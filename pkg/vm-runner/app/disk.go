@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/vm-runner/containerdisk"
 	"github.com/vmop/vmop/pkg/vm-runner/diskupload"
 	"github.com/vmop/vmop/pkg/vmpod"

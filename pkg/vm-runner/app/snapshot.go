@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/snapshotpush"
 	"github.com/vmop/vmop/pkg/vm-runner/machineid"

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/podnet"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/dhcp"

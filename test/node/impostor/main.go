@@ -22,7 +22,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/vmop/vmop/pkg/nodeagent"
+	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/podnet"
 )
 

@@ -1,6 +1,6 @@
-// Package nodeagent is what a VM pod and vmop's node agent (vm-node)
-// share: the device resource a VM pod requests, the user it runs as, and
-// the one exchange between them. The pod's container offers a unix socket
+// Package nodeagent is the API of vmop's node agent (vm-node), what a VM
+// pod and the agent share: the device resource a VM pod requests, the
+// user it runs as, and the one exchange between them. The pod's container offers a unix socket
 // in an emptyDir volume; the agent, which reaches that directory through
 // the kubelet's pod directories, connects, reads the container's request,
 // does for it what only root can, inside the pod's own namespaces, and
