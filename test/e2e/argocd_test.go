@@ -14,22 +14,22 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
-	"github.com/vmop/vmop/pkg/argocd"
 	"github.com/vmop/vmop/pkg/vm-runner/reporter"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vmpod"
+	"github.com/vmop/vmop/test/harness/argocd"
 )
-
-// argoCDDir holds the health check, its health_test.yaml (the expected
-// health of each case) and the fixtures this test takes from the cluster.
-const argoCDDir = "../../pkg/argocd"
 
 // TestArgoCDHealth drives VMs through the states the operator reports and
 // checks that the Argo CD health check says of each live object what
 // health_test.yaml expects. With VMOP_UPDATE_FIXTURES=1 it writes the
-// objects to pkg/argocd/testdata, where pkg/argocd's test checks the
-// script against them without a cluster.
+// objects to pkg/argocd/testdata, where test/harness/argocd's test checks
+// the script against them without a cluster.
 func TestArgoCDHealth(t *testing.T) {
+	// argoCDDir holds the health check, its health_test.yaml (the expected
+	// health of each case) and the fixtures this test takes from the cluster.
+	argoCDDir, err := argocd.Dir()
+	require.NoError(t, err)
 	cases, err := argocd.ReadTestCases(filepath.Join(argoCDDir, "health_test.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, cases, "health_test.yaml lists no case")

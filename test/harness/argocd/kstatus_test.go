@@ -30,7 +30,9 @@ func TestKstatus(t *testing.T) {
 		"stopped":               kstatus.CurrentStatus,
 		"stopping":              kstatus.InProgressStatus,
 	}
-	files, err := filepath.Glob("testdata/*.yaml")
+	dir, err := Dir()
+	require.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(dir, "testdata", "*.yaml"))
 	require.NoError(t, err)
 	require.Len(t, files, len(want))
 	for _, f := range files {

@@ -1,26 +1,47 @@
-// Package argocd is vmop's Argo CD health check for VirtualMachines:
-// health.lua, installed by examples/argocd/vmop/argocd-cm.yaml, and Health,
-// which runs it as Argo CD runs a health script from argocd-cm, so that Go
-// tests check what Argo CD will run. Its VMs recorded on a real API server
-// (testdata) also show how kstatus, Flux's judge, reads each state.
+// Package argocd runs vmop's Argo CD health check for VirtualMachines as
+// Argo CD runs a health script from argocd-cm, so that Go tests check what
+// Argo CD will run. The check itself, pkg/argocd/health.lua, stays where
+// users and examples/argocd/vmop/argocd-cm.yaml find it, beside its cases
+// in the layout of Argo CD's own resource_customizations: health_test.yaml
+// and the VMs recorded on a real API server (testdata), which also show
+// how kstatus, Flux's judge, reads each state.
 package argocd
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
+// Dir is the health check's directory, pkg/argocd of the module: health.lua,
+// health_test.yaml and the recorded VMs (testdata).
+func Dir() (string, error) {
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "pkg", "argocd"), nil
+}
+
 // Script is the health check, as the argocd-cm snippet holds it.
-//
-//go:embed health.lua
-var Script string
+var Script = sync.OnceValues(func() (string, error) {
+	dir, err := Dir()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "health.lua"))
+	return string(b), err
+})
 
 // Status is a health check's result: one of Argo CD's health codes
 // (Healthy, Progressing, Suspended, Degraded, Missing, Unknown) and a
@@ -47,7 +68,11 @@ const timeout = time.Second
 // that depends on the clock would flap, so Health leaves that out and the
 // script does without.
 func Health(obj map[string]any) (Status, error) {
-	return run(Script, obj)
+	script, err := Script()
+	if err != nil {
+		return Status{}, err
+	}
+	return run(script, obj)
 }
 
 // run is Health with any script, for the tests of the sandbox.

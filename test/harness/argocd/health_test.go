@@ -14,14 +14,16 @@ import (
 // cluster (testdata/) and compares with health_test.yaml, as Argo CD's own
 // tests of its health checks do.
 func TestFixtures(t *testing.T) {
-	cases, err := ReadTestCases("health_test.yaml")
+	dir, err := Dir()
+	require.NoError(t, err)
+	cases, err := ReadTestCases(filepath.Join(dir, "health_test.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, cases, "health_test.yaml lists no case")
 	listed := map[string]bool{}
 	for _, c := range cases {
 		listed[c.InputPath] = true
 		t.Run(c.InputPath, func(t *testing.T) {
-			b, err := os.ReadFile(c.InputPath)
+			b, err := os.ReadFile(filepath.Join(dir, c.InputPath))
 			require.NoError(t, err, "make it with VMOP_UPDATE_FIXTURES=1 go test ./test/e2e -run ArgoCD")
 			var obj map[string]any
 			require.NoError(t, yaml.Unmarshal(b, &obj))
@@ -30,9 +32,11 @@ func TestFixtures(t *testing.T) {
 			require.Equal(t, c.HealthStatus, got)
 		})
 	}
-	files, err := filepath.Glob("testdata/*.yaml")
+	files, err := filepath.Glob(filepath.Join(dir, "testdata", "*.yaml"))
 	require.NoError(t, err)
 	for _, f := range files {
+		f, err := filepath.Rel(dir, f)
+		require.NoError(t, err)
 		require.True(t, listed[f], "%s is in no case of health_test.yaml", f)
 	}
 }
@@ -40,7 +44,7 @@ func TestFixtures(t *testing.T) {
 // TestSnippet: the argocd-cm snippet installs exactly health.lua, under
 // the key Argo CD looks up for the VirtualMachine kind.
 func TestSnippet(t *testing.T) {
-	b, err := os.ReadFile("../../examples/argocd/vmop/argocd-cm.yaml")
+	b, err := os.ReadFile("../../../examples/argocd/vmop/argocd-cm.yaml")
 	require.NoError(t, err)
 	var cm corev1.ConfigMap
 	require.NoError(t, yaml.UnmarshalStrict(b, &cm))
@@ -49,7 +53,9 @@ func TestSnippet(t *testing.T) {
 	require.Len(t, cm.Data, 1)
 	script, ok := cm.Data["resource.customizations.health.vmoperator.jdrupes.org_VirtualMachine"]
 	require.True(t, ok, "keys: %v", cm.Data)
-	require.Equal(t, Script, script, "argocd-cm.yaml must hold health.lua byte for byte")
+	want, err := Script()
+	require.NoError(t, err)
+	require.Equal(t, want, script, "argocd-cm.yaml must hold health.lua byte for byte")
 }
 
 // TestSandbox: Health offers a script what Argo CD offers one from
