@@ -10,42 +10,21 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
+
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 )
 
 // Standard is the template a VM uses when its config names none.
-const Standard = "standard.tmpl"
+const Standard = v1.StandardTemplate
 
 //go:embed *.tmpl
 var embedded embed.FS
 
-// vmOperatorStandard is VM-Operator's standard template, which its
-// manifests name by path (/opt/vmrunner/templates/Standard-VM-latest.ftl.yaml):
-// a FreeMarker template, whose place vmop's standard one takes.
-var vmOperatorStandard = regexp.MustCompile(`^(.*/)?Standard-VM-[^/]*\.ftl\.yaml$`)
-
-// IsVMOperatorStandard tells whether source names VM-Operator's standard
-// template.
-func IsVMOperatorStandard(source string) bool { return vmOperatorStandard.MatchString(source) }
-
-// Resolve returns the template's name that a VM's runnerTemplate source
-// selects: Standard for none and for VM-Operator's standard template,
-// else source, which must be a file name.
-func Resolve(source string) (string, error) {
-	switch {
-	case source == "" || IsVMOperatorStandard(source):
-		return Standard, nil
-	case strings.Contains(source, "/") || source == "." || source == "..":
-		return "", errors.New("a template name must not contain a directory: " + source)
-	}
-	return source, nil
-}
-
-// Read returns the template that name selects (see Resolve) from the first
-// of dirs that has it, else the embedded one.
+// Read returns the template that name selects (v1.TemplateName: the
+// rule of a VM's spec.runnerTemplate.source) from the first of dirs that
+// has it, else the embedded one.
 func Read(name string, dirs ...string) ([]byte, string, error) {
-	name, err := Resolve(name)
+	name, err := v1.TemplateName(name)
 	if err != nil {
 		return nil, "", err
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
 )
 
@@ -34,11 +35,6 @@ const (
 	// DefaultPodMAC: the runner's DHCP server answers only the guest's
 	// NIC, so it must know its address.
 	DefaultPodMAC = "52:54:00:70:6f:64"
-	// MaxCDROMs: q35's AHCI controller has six ports.
-	MaxCDROMs = 6
-	// MaxCPUs: qemu 7.2's q35 machine takes 288 vCPUs, and x86 guests
-	// address 255 without an IOMMU for interrupt remapping.
-	MaxCPUs = 255
 )
 
 // Firmwares are the firmware kinds the runner knows.
@@ -232,8 +228,9 @@ func (c *Config) Validate() field.ErrorList {
 	if *v.PowerdownTimeout < 0 {
 		errs = append(errs, field.Invalid(p.Child("powerdownTimeout"), *v.PowerdownTimeout, "must be 0 or more seconds"))
 	}
-	if v.MaximumCPUs < 1 || v.MaximumCPUs > MaxCPUs {
-		errs = append(errs, field.Invalid(p.Child("maximumCpus"), v.MaximumCPUs, fmt.Sprintf("must be between 1 and %d", MaxCPUs)))
+	// The limits of a VM are the API's, one definition for both.
+	if v.MaximumCPUs < 1 || v.MaximumCPUs > v1.MaxCPUs {
+		errs = append(errs, field.Invalid(p.Child("maximumCpus"), v.MaximumCPUs, fmt.Sprintf("must be between 1 and %d", v1.MaxCPUs)))
 	}
 	if v.CurrentCPUs < 1 {
 		errs = append(errs, field.Invalid(p.Child("currentCpus"), v.CurrentCPUs, "must be at least 1"))
@@ -283,8 +280,8 @@ func (c *Config) Validate() field.ErrorList {
 			errs = append(errs, field.Invalid(dp.Child("bootindex"), *d.Bootindex, "must be 0 or more"))
 		}
 	}
-	if cds > MaxCDROMs {
-		errs = append(errs, field.TooMany(p.Child("drives"), cds, MaxCDROMs))
+	if cds > v1.MaxCDROMs {
+		errs = append(errs, field.TooMany(p.Child("drives"), cds, v1.MaxCDROMs))
 	}
 	if d := v.Display; d != nil {
 		if d.Outputs < 1 || d.Outputs > 16 {

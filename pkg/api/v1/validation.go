@@ -14,24 +14,24 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-
-	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/templates"
 )
 
 const (
 	// MaxNameLength keeps the pod's controller-revision-hash label
 	// ("<vm>-<10 char hash>") within the 63 characters of a label value.
 	MaxNameLength = 52
-	// MaxCPUs is the runner's limit (see runnerconfig.MaxCPUs).
-	MaxCPUs = runnerconfig.MaxCPUs
+	// MaxCPUs: qemu 7.2's q35 machine takes 288 vCPUs, and x86 guests
+	// address 255 without an IOMMU for interrupt remapping. The runner's
+	// config (pkg/runnerconfig) has the same limit.
+	MaxCPUs = 255
 	// MaxPowerdownTimeout bounds the pod's grace period: a day.
 	MaxPowerdownTimeout = 86400
 	// MaxNetworks and MaxVolumes keep a VM's PCI devices within the slots
-	// of q35's root bus; MaxCDROMs is the AHCI controller's ports.
+	// of q35's root bus; MaxCDROMs is the AHCI controller's six ports
+	// (also the runner config's limit).
 	MaxNetworks = 8
 	MaxVolumes  = 12
-	MaxCDROMs   = runnerconfig.MaxCDROMs
+	MaxCDROMs   = 6
 	// maxBridgeName is Linux's limit for an interface name.
 	maxBridgeName = 15
 	// MaxOutputs and MaxUsbRedirects bound a display: qemu's virtio-vga
@@ -116,7 +116,7 @@ func (vm *VirtualMachine) Validate() field.ErrorList {
 	errs = append(errs, vm.Spec.Image.validate(spec.Child("image"))...)
 	errs = append(errs, vm.Spec.CloudInit.validate(spec.Child("cloudInit"))...)
 	if t := vm.Spec.RunnerTemplate; t != nil {
-		if _, err := templates.Resolve(t.Source); err != nil {
+		if _, err := TemplateName(t.Source); err != nil {
 			errs = append(errs, field.Invalid(spec.Child("runnerTemplate", "source"), t.Source,
 				"must be a file name in the runner's template directories, without a directory (or VM-Operator's Standard-VM template)"))
 		}
@@ -162,8 +162,8 @@ func (vm *VirtualMachine) Warnings() []string {
 	if vm.Spec.LoadBalancerService != nil && (vm.Spec.VM.Display == nil || vm.Spec.VM.Display.Spice == nil) {
 		w = append(w, "spec.loadBalancerService is ignored: the VM has no SPICE display to expose")
 	}
-	if t := vm.Spec.RunnerTemplate; t != nil && templates.IsVMOperatorStandard(t.Source) {
-		w = append(w, fmt.Sprintf("spec.runnerTemplate.source %s is VM-Operator's template: vmop's %s takes its place", t.Source, templates.Standard))
+	if t := vm.Spec.RunnerTemplate; t != nil && IsVMOperatorStandard(t.Source) {
+		w = append(w, fmt.Sprintf("spec.runnerTemplate.source %s is VM-Operator's template: vmop's %s takes its place", t.Source, StandardTemplate))
 	}
 	if d := vm.Spec.VM.Display; d != nil && d.Spice != nil && d.Spice.Ticket != "" {
 		w = append(w, "spec.vm.display.spice.ticket is deprecated and ignored: use a display Secret")
