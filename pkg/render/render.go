@@ -178,7 +178,10 @@ type annotations struct {
 // prepare defaults and validates vm, which it may change, and returns what
 // its annotations say.
 func prepare(vm *v1.VirtualMachine, opts Options) (annotations, error) {
-	if vm.Spec.Image == nil && opts.ImageRegistry != "" {
+	if vm.Spec.Image == nil {
+		// The runner image of this build's version (from ImageRegistry
+		// when given): a renderer names the runner it was built with,
+		// never "latest".
 		vm.Spec.Image = &v1.Image{Source: version.Image(opts.ImageRegistry, version.RunnerImage)}
 	}
 	vm.Default()

@@ -5,8 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/vmop/vmop/pkg/version"
 )
 
 // Defaults of fields that the manifest may leave out. They are applied in
@@ -27,18 +25,13 @@ const (
 	DefaultUsbRedirects = 2
 )
 
-// DefaultImage is the runner image of this build's version: a renderer
-// names the runner it was built with, never "latest".
-func DefaultImage() string { return version.Image("", version.RunnerImage) }
-
-// Default fills in every optional field that has a default, in place.
+// Default fills in every optional field that has a default, in place,
+// but spec.image: a VM without one runs the runner image of the
+// renderer's build (pkg/render), which the API's types do not know.
 // Call it on a copy when the original must stay as written.
 func (vm *VirtualMachine) Default() {
 	s := &vm.Spec
-	if s.Image == nil {
-		s.Image = &Image{Source: DefaultImage()}
-	}
-	if s.Image.PullPolicy == "" {
+	if s.Image != nil && s.Image.PullPolicy == "" {
 		s.Image.PullPolicy = corev1.PullIfNotPresent
 	}
 	if s.RunnerTemplate != nil && s.RunnerTemplate.Update == nil {
