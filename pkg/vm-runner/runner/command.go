@@ -10,8 +10,8 @@ import (
 
 	"github.com/vmop/vmop/pkg/podnet"
 	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vm-runner/runner/templates"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
-	"github.com/vmop/vmop/templates"
 )
 
 // Machine is what the qemu command is made from: the config plus what the

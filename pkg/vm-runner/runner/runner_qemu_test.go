@@ -22,7 +22,7 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vm-runner/qmp"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
-	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/pkg/vm-runner/runner/templates"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/spicetest"
 )

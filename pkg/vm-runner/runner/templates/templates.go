@@ -1,7 +1,7 @@
-// Package templates holds vm-runner's qemu command templates (Go
-// text/template), embedded in the binary. A file of the same name in an
-// override directory replaces the embedded one, so that a VM type can be
-// changed without a new runner image.
+// Package templates holds the qemu command templates (Go text/template)
+// that package runner executes (LoadTemplate), embedded in vm-runner. A
+// file of the same name in an override directory replaces the embedded
+// one, so that a VM type can be changed without a new runner image.
 package templates
 
 import (
