@@ -11,7 +11,7 @@ import (
 	"github.com/vmop/vmop/pkg/api/nodeagent"
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
-	"github.com/vmop/vmop/pkg/vm-runner/importer"
+	"github.com/vmop/vmop/pkg/vm-runner/vmimport"
 	"github.com/vmop/vmop/pkg/vmpod"
 )
 
@@ -34,7 +34,7 @@ once only, before the runner starts the VM.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			opts := importer.Options{Config: c, ScratchDir: scratch, QemuImg: qemuImg, Log: log}
+			opts := vmimport.Options{Config: c, ScratchDir: scratch, QemuImg: qemuImg, Log: log}
 			if rep := inCluster(c.VM.Name, log); rep != nil {
 				opts.Reporter = rep
 				defer stopReporting(rep.StopEvents, "the import's events", log)
@@ -46,7 +46,7 @@ once only, before the runner starts the VM.`,
 				terminationMessage(err)
 				return exit(runnerconfig.ExitNodeAgent, nil)
 			}
-			if err := importer.Run(ctx, opts); err != nil {
+			if err := vmimport.Run(ctx, opts); err != nil {
 				log.Error("Cannot import", "err", err)
 				terminationMessage(err)
 				return exit(runnerconfig.ExitImport, nil)

@@ -1,8 +1,10 @@
-// Package importer is what vm-runner import does in the init container
-// of a VM's pod: it fills each disk that names a source image, while the
-// disk is empty and once only, and tells how it goes in the VM's Imported
-// condition and in events, before the runner starts qemu.
-package importer
+// Package vmimport is a VM's import, what vm-runner import does in the
+// init container of a VM's pod: it fills each disk that names a source
+// image, while the disk is empty and once only, and tells how it goes in
+// the VM's Imported condition and in events, before the runner starts
+// qemu. Filling one disk from one image is package diskimport's, which
+// the uploader and the containerDisk fetch use too.
+package vmimport
 
 import (
 	"context"
