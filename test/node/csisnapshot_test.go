@@ -88,13 +88,8 @@ func TestSnapshotsCSI(t *testing.T) {
 	require.Regexp(t, `(?m)^cs\s+c1\s+Ready\s+csi\s+consistent\s+4\s+2352 MiB\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm))
 
 	// Records on, then back to c1: the claims made anew from it.
-	waitConsole(t, ns, vm, testguest.RecordPrefix+fmt.Sprint(after+5), 2*time.Minute)
-	out = kubectl(t, "", "vm", "restore", "-n", ns, vm, "c1")
-	require.Contains(t, out, "vm csisnaps/cs restored to snapshot c1 in ")
+	out, next := restoreOnRecords(t, ns, vm, "c1", uuid, before, after)
 	t.Logf("CSI restore (disks of 48 MiB, 2x128 MiB and 2 GiB with 600 MiB of data): %s", out)
-	next := requireResumed(t, ns, vm, before)
-	require.LessOrEqual(t, next, after+1, "the guest goes on after the snapshot's last record, not the disk's before the restore")
-	require.Equal(t, uuid, machineUUID(t, ns, vm), "the machine's uuid")
 	claim, err := node.Client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "records-disk-cs-0", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, vmsnapshot.ClaimName(vm, "c1", "records-disk"), claim.Spec.DataSource.Name, "the restored claim is made from the VolumeSnapshot")

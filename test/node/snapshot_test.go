@@ -77,13 +77,8 @@ func TestSnapshots(t *testing.T) {
 	require.Regexp(t, `(?m)^snapped\s+s1\s+Ready\s+copy\s+consistent\s+3\s+304 MiB\s+`, kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm))
 
 	// Records on, then back to s1.
-	waitConsole(t, ns, vm, testguest.RecordPrefix+fmt.Sprint(after+5), 2*time.Minute)
-	out = kubectl(t, "", "vm", "restore", "-n", ns, vm, "s1")
-	require.Contains(t, out, "vm snapshots/snapped restored to snapshot s1 in ")
+	out, next := restoreOnRecords(t, ns, vm, "s1", uuid, before, after)
 	t.Logf("restore: %s", out)
-	next := requireResumed(t, ns, vm, before)
-	require.LessOrEqual(t, next, after+1, "the guest goes on after the snapshot's last record, not the disk's before the restore")
-	require.Equal(t, uuid, machineUUID(t, ns, vm), "the machine's uuid")
 	list := kubectl(t, "", "vm", "snapshot", "list", "-n", ns, vm)
 	require.NotContains(t, list, vmsnapshot.BeforeRestorePrefix, "the restore's own snapshot is deleted")
 
@@ -170,6 +165,22 @@ func machineUUID(t *testing.T, ns, vm string) string {
 	b, err := os.ReadFile(node.VolumePath(c.Spec.VolumeName) + "/uuid.txt")
 	require.NoError(t, err)
 	return string(b)
+}
+
+// restoreOnRecords lets the guest write a few records past the snapshot
+// snap's last one (after), then restores vm to snap and requires the
+// guest to go on from the snapshot's records (acknowledged before its
+// freeze) with its machine's uuid. It returns kubectl vm restore's output
+// and the record the guest goes on after.
+func restoreOnRecords(t *testing.T, ns, vm, snap, uuid string, before, after int) (out string, next int) {
+	t.Helper()
+	waitConsole(t, ns, vm, testguest.RecordPrefix+fmt.Sprint(after+5), 2*time.Minute)
+	out = kubectl(t, "", "vm", "restore", "-n", ns, vm, snap)
+	require.Contains(t, out, "vm "+ns+"/"+vm+" restored to snapshot "+snap+" in ")
+	next = requireResumed(t, ns, vm, before)
+	require.LessOrEqual(t, next, after+1, "the guest goes on after the snapshot's last record, not the disk's before the restore")
+	require.Equal(t, uuid, machineUUID(t, ns, vm), "the machine's uuid")
+	return out, next
 }
 
 // frozenRecords reads the guest's console for its freeze: the last
