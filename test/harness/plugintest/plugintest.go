@@ -15,6 +15,7 @@ import (
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/app"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/test/harness/golden"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -32,6 +33,18 @@ func Run(ctx context.Context, stdin string, args ...string) Result {
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(ctx)
 	return Result{Stdout: out.String(), Stderr: errOut.String(), Err: err}
+}
+
+// GoldenYAML runs "kubectl vm ARGS -o yaml", which sends nothing, and
+// requires it to succeed quietly and print the golden file's content.
+// It returns what it printed.
+func GoldenYAML(t testing.TB, file string, args ...string) string {
+	t.Helper()
+	r := Run(t.Context(), "", append(args, "-o", "yaml")...)
+	require.NoError(t, r.Err, r.Stderr)
+	require.Empty(t, r.Stderr)
+	golden.Assert(t, file, []byte(r.Stdout))
+	return r.Stdout
 }
 
 // StoppedVM makes namespace ns in c and, in it, the stopped VM web in

@@ -23,7 +23,6 @@ import (
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/create"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
-	"github.com/vmop/vmop/test/harness/golden"
 	"github.com/vmop/vmop/test/harness/plugintest"
 )
 
@@ -69,11 +68,8 @@ var goldenCases = map[string][]string{
 func TestGolden(t *testing.T) {
 	for name, args := range goldenCases {
 		t.Run(name, func(t *testing.T) {
-			r := run(t, append(args, "-o", "yaml")...)
-			require.NoError(t, r.Err, r.Stderr)
-			require.Empty(t, r.Stderr)
-			golden.Assert(t, filepath.Join("testdata", "create", name+".yaml"), []byte(r.Stdout))
-			vm := decodeOne(t, r.Stdout)
+			out := plugintest.GoldenYAML(t, filepath.Join("testdata", "create", name+".yaml"), args...)
+			vm := decodeOne(t, out)
 			require.Equal(t, args[1], vm.Name)
 			_, err := render.Render(vm, render.Options{})
 			require.NoError(t, err)

@@ -45,11 +45,8 @@ var goldenCases = map[string][]string{
 func TestGolden(t *testing.T) {
 	for name, args := range goldenCases {
 		t.Run(name, func(t *testing.T) {
-			r := run(t, append(args, "-o", "yaml")...)
-			require.NoError(t, r.Err, r.Stderr)
-			require.Empty(t, r.Stderr)
-			golden.Assert(t, filepath.Join("testdata", "expose", name+".yaml"), []byte(r.Stdout))
-			svc := decodeService(t, r.Stdout)
+			out := plugintest.GoldenYAML(t, filepath.Join("testdata", "expose", name+".yaml"), args...)
+			svc := decodeService(t, out)
 			require.Equal(t, render.SelectorLabels(args[1]), svc.Spec.Selector)
 			require.Equal(t, render.Labels(args[1]), svc.Labels)
 			require.Empty(t, svc.OwnerReferences, "printed for Git: no cluster's UID")
