@@ -5,6 +5,7 @@ package plugintest
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,6 +46,17 @@ func GoldenYAML(t testing.TB, file string, args ...string) string {
 	require.Empty(t, r.Stderr)
 	golden.Assert(t, file, []byte(r.Stdout))
 	return r.Stdout
+}
+
+// RequireFails runs "kubectl vm COMMAND ARGS" in a subtest named by its
+// args and requires an error that contains err, with nothing on stdout.
+func RequireFails(t *testing.T, command string, args []string, err string) {
+	t.Helper()
+	t.Run(strings.Join(args, " "), func(t *testing.T) {
+		r := Run(t.Context(), "", append([]string{command}, args...)...)
+		require.ErrorContains(t, r.Err, err)
+		require.Empty(t, r.Stdout)
+	})
 }
 
 // StoppedVM makes namespace ns in c and, in it, the stopped VM web in

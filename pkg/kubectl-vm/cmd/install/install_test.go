@@ -222,11 +222,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"--timeout", "0s"}, "--timeout 0s: must be positive"},
 		{[]string{"vmop"}, `unknown command "vmop" for "kubectl vm install"`},
 	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			r := run(t, append([]string{"install"}, tc.args...)...)
-			require.ErrorContains(t, r.Err, tc.err)
-			require.Empty(t, r.Stdout)
-		})
+		plugintest.RequireFails(t, "install", tc.args, tc.err)
 	}
 }
 

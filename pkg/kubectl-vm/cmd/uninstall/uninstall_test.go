@@ -1,7 +1,6 @@
 package uninstall_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,11 +24,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"--node-agent-only", "--delete-crd", "--yes"}, "--delete-crd cannot be used with --node-agent-only: the CRD is not the node agent's"},
 		{[]string{"vmop"}, `unknown command "vmop" for "kubectl vm uninstall"`},
 	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			r := run(t, append([]string{"uninstall"}, tc.args...)...)
-			require.ErrorContains(t, r.Err, tc.err)
-			require.Empty(t, r.Stdout)
-		})
+		plugintest.RequireFails(t, "uninstall", tc.args, tc.err)
 	}
 }
 
