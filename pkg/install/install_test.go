@@ -316,19 +316,25 @@ func TestObjectsErrors(t *testing.T) {
 	}
 }
 
+// ruleLines is a ClusterRole's rules, one line each: API groups,
+// resources, verbs and resource names.
+func ruleLines(rules []rbacv1.PolicyRule) []string {
+	var lines []string
+	for _, r := range rules {
+		lines = append(lines, fmt.Sprint(r.APIGroups, r.Resources, r.Verbs, r.ResourceNames))
+	}
+	return lines
+}
+
 // TestNodeAgentClusterRole pins the node agent's rights: it reads pods
 // and reports events, nothing more.
 func TestNodeAgentClusterRole(t *testing.T) {
 	role, err := install.NewClusterRole(install.NodeAgentName)
 	require.NoError(t, err)
-	var rules []string
-	for _, r := range role.Rules {
-		rules = append(rules, fmt.Sprint(r.APIGroups, r.Resources, r.Verbs, r.ResourceNames))
-	}
 	require.Equal(t, []string{
 		"[] [pods] [get list watch] []",
 		"[ events.k8s.io] [events] [create patch] []",
-	}, rules)
+	}, ruleLines(role.Rules))
 }
 
 // TestRunnerClusterRole pins the runner's rights: write access to what it
@@ -337,16 +343,12 @@ func TestRunnerClusterRole(t *testing.T) {
 	role, err := install.NewClusterRole(install.RunnerClusterRole)
 	require.NoError(t, err)
 	require.Equal(t, install.RunnerClusterRole, role.Name)
-	var rules []string
-	for _, r := range role.Rules {
-		rules = append(rules, fmt.Sprint(r.APIGroups, r.Resources, r.Verbs, r.ResourceNames))
-	}
 	require.Equal(t, []string{
 		"[vmoperator.jdrupes.org] [vms] [get patch] []",
 		"[vmoperator.jdrupes.org] [vms/status] [patch] []",
 		"[apps] [statefulsets/scale] [patch] []",
 		"[events.k8s.io] [events] [create patch] []",
-	}, rules)
+	}, ruleLines(role.Rules))
 
 	sa, rb := install.RunnerAccess("vms")
 	require.Equal(t, "vms", sa.Namespace)
