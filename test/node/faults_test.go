@@ -235,13 +235,7 @@ func TestFaults(t *testing.T) {
 		// the same disk, in the same pod.
 		requireBootedAgain(t, "runner killed", 2, acked, killed)
 		require.Equal(t, pod, podUID(t, ns, vm))
-		eventually.Within(t, time.Minute, func() string {
-			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
-			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 1 time (last exit code 137") {
-				return ""
-			}
-			return "kubectl vm status:\n" + out
-		})
+		requireStatusSays(t, ns, vm, "Running", "runner restarted 1 time (last exit code 137")
 	})
 	t.Run("qemu hung", func(t *testing.T) {
 		runner, err := runnerPID(t.Context(), ns, vm)
@@ -252,13 +246,7 @@ func TestFaults(t *testing.T) {
 		// The runner kills it and exits; the kubelet starts the VM again.
 		requireBootedAgain(t, "qemu hung", 3, acked, stopped)
 		requireEvents(t, ns, "vm/"+vm, "QemuHung", "qemu did not answer its monitor for 30s")
-		eventually.Within(t, time.Minute, func() string {
-			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
-			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 2 times") {
-				return ""
-			}
-			return "kubectl vm status:\n" + out
-		})
+		requireStatusSays(t, ns, vm, "Running", "runner restarted 2 times")
 	})
 	// A runner that stops answering (SIGSTOP; a loop stuck for minutes
 	// alike) fails its liveness probe: the kubelet kills it and starts
@@ -273,15 +261,23 @@ func TestFaults(t *testing.T) {
 		// whose qemu runs on, may write more.
 		acked := ackedRecords(t, ns, vm)
 		requireBootedAgain(t, "runner stopped", 4, acked, stopped)
-		eventually.Within(t, time.Minute, func() string {
-			out := kubectl(t, "", "vm", "status", "-n", ns, vm)
-			if strings.Contains(out, "Running") && strings.Contains(out, "runner restarted 3 times") &&
-				strings.Contains(out, "Liveness probe failed: not alive: no runner answers") {
-				return ""
-			}
-			return "kubectl vm status:\n" + out
-		})
+		requireStatusSays(t, ns, vm, "Running", "runner restarted 3 times", "Liveness probe failed: not alive: no runner answers")
 		requireRecordsKept(t, ns, vm, records, 0)
 	})
 	deleteVM(t, ns, vm)
+}
+
+// requireStatusSays waits up to a minute for kubectl vm status of vm to
+// say each of says.
+func requireStatusSays(t *testing.T, ns, vm string, says ...string) {
+	t.Helper()
+	eventually.Within(t, time.Minute, func() string {
+		out := kubectl(t, "", "vm", "status", "-n", ns, vm)
+		for _, s := range says {
+			if !strings.Contains(out, s) {
+				return "kubectl vm status:\n" + out
+			}
+		}
+		return ""
+	})
 }
