@@ -27,24 +27,8 @@ import (
 // sourcedGuestVM is the test guest with a disk filled from a source at
 // its first start: 1 name, 2 namespace, 3 storage class, 4 volume mode,
 // 5 claim size, 6 the source's field ("url: ..."), 7 its checksum.
-const sourcedGuestVM = `apiVersion: vmoperator.jdrupes.org/v1
-kind: VirtualMachine
-metadata:
-  name: %[1]s
-  namespace: %[2]s
-spec:
-  vm:
-    state: Running
-    maximumRam: 512Mi
-    currentRam: 512Mi
-    powerdownTimeout: 60
-    firmware: bios
-    disks:
-    - volumeClaimTemplate:
-        metadata:
-          name: system
-        spec:
-          storageClassName: %[3]s
+const sourcedGuestVM = guestVMHead + `    state: Running
+` + guestMachine + `          storageClassName: %[3]s
           volumeMode: %[4]s
           selector:
             matchLabels:

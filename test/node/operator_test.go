@@ -26,19 +26,20 @@ import (
 	"github.com/vmop/vmop/test/harness/testnode"
 )
 
-// guestVM is the test guest as a VirtualMachine: it boots from its Block
-// disk (testguest.Disk) with SeaBIOS and counts its boots there.
-const guestVM = `apiVersion: vmoperator.jdrupes.org/v1
+// guestVMHead opens a VirtualMachine of the test guest: 1 name, 2
+// namespace; the lines of its spec.vm follow.
+const guestVMHead = `apiVersion: vmoperator.jdrupes.org/v1
 kind: VirtualMachine
 metadata:
   name: %[1]s
   namespace: %[2]s
 spec:
   vm:
-    state: Stopped
-    maximumCpus: 2
-    currentCpus: 1
-    maximumRam: 512Mi
+`
+
+// guestMachine is the test guest's RAM and firmware in spec.vm, then the
+// start of its system disk's claim template: the claim's spec follows.
+const guestMachine = `    maximumRam: 512Mi
     currentRam: 512Mi
     powerdownTimeout: 60
     firmware: bios
@@ -47,7 +48,14 @@ spec:
         metadata:
           name: system
         spec:
-          storageClassName: local-block
+`
+
+// guestVM is the test guest as a VirtualMachine: it boots from its Block
+// disk (testguest.Disk) with SeaBIOS and counts its boots there.
+const guestVM = guestVMHead + `    state: Stopped
+    maximumCpus: 2
+    currentCpus: 1
+` + guestMachine + `          storageClassName: local-block
           selector:
             matchLabels:
               disk: %[2]s-%[1]s
