@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -93,6 +94,14 @@ type Options struct {
 	// image (a mirror, for air-gapped clusters); empty means
 	// version.Registry. The tag is always this build's version.
 	ImageRegistry string
+	// ConfigAccess, for GitOps mode, lets the runner get and watch its own
+	// ConfigMap and nothing else: a Role and RoleBinding RunnerAccount(vm)
+	// for the pod's account, which is a ServiceAccount of that name when
+	// ServiceAccount names none. Live changes then reach the runner in a
+	// second, not at the kubelet's refresh of the config volume (about a
+	// minute). The operator leaves it off: it has the kubelet refresh the
+	// volume at once. (omitempty: off, the hashes stay as they were.)
+	ConfigAccess bool `json:",omitempty"`
 }
 
 // Objects are the objects one VM renders to. Secret, Service and
@@ -104,15 +113,28 @@ type Objects struct {
 	Secret           *corev1.Secret
 	Service          *corev1.Service
 	DisruptionBudget *policyv1.PodDisruptionBudget
+	// ServiceAccount, Role and RoleBinding give the runner read access to
+	// its ConfigMap (Options.ConfigAccess); nil without it, and the
+	// ServiceAccount also when Options.ServiceAccount names one.
+	ServiceAccount *corev1.ServiceAccount
+	Role           *rbacv1.Role
+	RoleBinding    *rbacv1.RoleBinding
 	// Warnings tell what the VM asks for that it does not get as written
 	// (ignored fields, RAM rounded up to a MiB).
 	Warnings []string
 }
 
-// List returns the objects in a fixed order (ConfigMap and Secret before
-// the StatefulSet that mounts them).
+// List returns the objects in a fixed order (the account, ConfigMap and
+// Secret before the StatefulSet whose pod needs them).
 func (o *Objects) List() []runtime.Object {
-	out := []runtime.Object{o.ConfigMap}
+	var out []runtime.Object
+	if o.ServiceAccount != nil {
+		out = append(out, o.ServiceAccount)
+	}
+	if o.Role != nil {
+		out = append(out, o.Role, o.RoleBinding)
+	}
+	out = append(out, o.ConfigMap)
 	if o.Secret != nil {
 		out = append(out, o.Secret)
 	}
@@ -245,6 +267,18 @@ func (r *renderer) render() (*Objects, error) {
 	if objs.DisruptionBudget != nil {
 		if err := r.hashItself(objs.DisruptionBudget); err != nil {
 			return nil, err
+		}
+	}
+	if r.configAccess() {
+		objs.ServiceAccount, objs.Role, objs.RoleBinding = r.runnerAccess()
+		access := []metav1.Object{objs.Role, objs.RoleBinding}
+		if objs.ServiceAccount != nil {
+			access = append(access, objs.ServiceAccount)
+		}
+		for _, o := range access {
+			if err := r.hashItself(o); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return objs, nil
@@ -407,6 +441,9 @@ func (r *renderer) warnings() []string {
 	if r.annotations.displayWithoutPassword && v.Display.Spice != nil {
 		w = append(w, DisplayWithoutPasswordWarning)
 	}
+	if r.opts.ConfigAccess && !r.configAccess() {
+		w = append(w, NoNamespaceWarning)
+	}
 	return w
 }
 
@@ -467,7 +504,7 @@ func (r *renderer) statefulSet(cloudInit *corev1.Secret, restartHash string) *ap
 	pod := corev1.PodSpec{
 		TerminationGracePeriodSeconds: ptr.To(*v.PowerdownTimeout + graceMargin),
 		EnableServiceLinks:            ptr.To(false),
-		ServiceAccountName:            r.opts.ServiceAccount,
+		ServiceAccountName:            r.account(),
 		NodeName:                      vm.Spec.NodeName,
 		NodeSelector:                  vm.Spec.NodeSelector,
 		Affinity:                      vm.Spec.Affinity,
@@ -895,6 +932,57 @@ func (r *renderer) service() *corev1.Service {
 	}
 }
 
+// RunnerAccount names what kubectl vm render writes for a VM's runner
+// with ConfigAccess: its Role, RoleBinding and, when no ServiceAccount is
+// named, its ServiceAccount.
+func RunnerAccount(vm string) string { return vm + "-runner" }
+
+// account is the runner pod's ServiceAccount; empty for the namespace's
+// default.
+func (r *renderer) account() string {
+	if r.opts.ServiceAccount == "" && r.configAccess() {
+		return RunnerAccount(r.vm.Name)
+	}
+	return r.opts.ServiceAccount
+}
+
+// configAccess tells whether the runner gets access to its ConfigMap: as
+// asked, when the VM's namespace is known, which its RoleBinding names.
+func (r *renderer) configAccess() bool { return r.opts.ConfigAccess && r.vm.Namespace != "" }
+
+// NoNamespaceWarning says that a VM rendered without a namespace gets no
+// access to its ConfigMap.
+const NoNamespaceWarning = "no namespace: live changes reach the runner at the kubelet's refresh of its config volume (about a minute), not in a second; set metadata.namespace (or -n) so that its RoleBinding can name its account"
+
+// runnerAccess lets the runner's account get and watch the VM's ConfigMap
+// by name (a watch with resourceNames must select metadata.name, as the
+// runner's does): nothing else, and no Secret.
+func (r *renderer) runnerAccess() (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding) {
+	name := RunnerAccount(r.vm.Name)
+	var sa *corev1.ServiceAccount
+	if r.opts.ServiceAccount == "" {
+		sa = &corev1.ServiceAccount{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+			ObjectMeta: r.meta(name),
+		}
+	}
+	role := &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
+		ObjectMeta: r.meta(name),
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{""}, Resources: []string{"configmaps"},
+			ResourceNames: []string{r.vm.Name}, Verbs: []string{"get", "watch"},
+		}},
+	}
+	binding := &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+		ObjectMeta: r.meta(name),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: r.account(), Namespace: r.vm.Namespace}},
+	}
+	return sa, role, binding
+}
+
 // disruptionBudget, for a VM whose drain waits, allows no eviction of the
 // VM's pod: a drain of its node stops there until a person stops the VM.
 func (r *renderer) disruptionBudget() *policyv1.PodDisruptionBudget {
@@ -953,11 +1041,13 @@ func restartSpec(s v1.VirtualMachineSpec) v1.VirtualMachineSpec {
 // specHash hashes the view of the spec with the name, namespace, options
 // and Version, which all objects depend on.
 func (r *renderer) specHash(view specView) (string, error) {
+	opts := r.opts
+	opts.ConfigAccess = r.configAccess() // as it takes effect
 	b, err := json.Marshal(struct {
 		Name, Namespace string
 		Options         Options
 		Spec            v1.VirtualMachineSpec
-	}{r.vm.Name, r.vm.Namespace, r.opts, view(r.vm.Spec)})
+	}{r.vm.Name, r.vm.Namespace, opts, view(r.vm.Spec)})
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", r.vm.Name, err)
 	}

@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 // objects for the same VMs, as a user runs them: whole processes on one
 // core (GOMAXPROCS=1 in both children), their CPU time (user+sys, from
 // rusage) and peak RSS, alternating render and helm. The VMs are the
-// local-path example with cloud-init user data, so a ConfigMap, a Secret
-// and a StatefulSet each, all in one file. Helm's values are the VMs'
+// local-path example with cloud-init user data, so a ConfigMap, a Secret,
+// a StatefulSet and the runner's ServiceAccount, Role and RoleBinding each,
+// all in one file. Helm's values are the VMs'
 // fields, plus what only render computes (hashes, the runner config,
 // resource requests). Both outputs are checked to hold the same objects
 // first. It reports helm's CPU time over render's, each one's CPU time
@@ -72,7 +73,7 @@ func BenchmarkRenderVsHelm(b *testing.B) {
 		for _, objs := range [][]map[string]any{want, got} {
 			slices.SortStableFunc(objs, func(x, y map[string]any) int { return strings.Compare(objectKey(x), objectKey(y)) })
 		}
-		require.Len(b, want, 3*n)
+		require.Len(b, want, 6*n)
 		if diff := cmp.Diff(want, got); diff != "" {
 			b.Fatalf("helm template writes other objects than render (-render +helm):\n%.3000s", diff)
 		}
@@ -113,7 +114,7 @@ func helmInputs(b *testing.B, doc string, n int) (vms, values []byte) {
 		require.NoError(b, err)
 		vm, err := v1.DecodeJSON(js)
 		require.NoError(b, err)
-		objs, problems, _ := render.FromJSON(js, render.StreamOptions{})
+		objs, problems, _ := render.FromJSON(js, render.StreamOptions{Options: render.Options{ConfigAccess: true}})
 		require.Empty(b, problems)
 		items = append(items, helmValues(b, vm, objs))
 	}
@@ -145,6 +146,9 @@ func helmValues(b *testing.B, vm *v1.VirtualMachine, objs *render.Objects) map[s
 		"secretHash":      objs.Secret.Annotations[render.AnnotationHash],
 		"statefulSetHash": sts.Annotations[render.AnnotationHash],
 		"restartHash":     pod.Annotations[render.AnnotationRestartHash],
+		"accountHash":     objs.ServiceAccount.Annotations[render.AnnotationHash],
+		"roleHash":        objs.Role.Annotations[render.AnnotationHash],
+		"roleBindingHash": objs.RoleBinding.Annotations[render.AnnotationHash],
 		"replicas":        *sts.Spec.Replicas, "image": pod.Spec.Containers[0].Image,
 		"cpu": requests.Cpu().String(), "memory": requests.Memory().String(),
 	}

@@ -69,7 +69,7 @@ func renderResourceList(rl *framework.ResourceList) error {
 			results = append(results, errorResult(err, ref))
 			continue
 		}
-		objs, problems, warnings := render.FromJSON(data, render.StreamOptions{})
+		objs, problems, warnings := render.FromJSON(data, render.StreamOptions{Options: render.Options{ConfigAccess: true}})
 		results = append(results, toResults(problems, framework.Error, ref)...)
 		results = append(results, toResults(warnings, framework.Warning, ref)...)
 		if objs == nil {

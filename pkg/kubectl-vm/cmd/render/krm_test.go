@@ -41,7 +41,8 @@ func TestFunction(t *testing.T) {
 	for _, it := range items.Content() {
 		kinds = append(kinds, yaml.NewRNode(it).GetKind()+"/"+yaml.NewRNode(it).GetName())
 	}
-	require.Equal(t, []string{"ConfigMap/test-vm", "Secret/test-vm-cloud-init", "StatefulSet/test-vm", "ConfigMap/unrelated"}, kinds)
+	require.Equal(t, []string{"ServiceAccount/test-vm-runner", "Role/test-vm-runner", "RoleBinding/test-vm-runner",
+		"ConfigMap/test-vm", "Secret/test-vm-cloud-init", "StatefulSet/test-vm", "ConfigMap/unrelated"}, kinds)
 	require.NotContains(t, out, "results:", "a clean run has no results")
 }
 

@@ -63,8 +63,11 @@ type Options struct {
 	// ImageRegistry names the runner image of VMs without spec.image.
 	ImageRegistry string
 	// ServiceAccount is the runner pods' account; empty: the namespace's
-	// default.
+	// default, or each VM's own with ConfigAccess.
 	ServiceAccount string
+	// ConfigAccess lets each runner watch its own ConfigMap
+	// (render.Options.ConfigAccess).
+	ConfigAccess bool
 
 	configFlags *genericclioptions.ConfigFlags
 	genericiooptions.IOStreams
@@ -78,7 +81,8 @@ func NewCmd(name string, configFlags *genericclioptions.ConfigFlags, streams gen
 		Use:   "render -f FILENAME",
 		Short: "Render VirtualMachine manifests into the objects that run them",
 		Long: `Render VirtualMachine manifests (vmoperator.jdrupes.org/v1) into the
-StatefulSet, ConfigMap, Secret and Service that run them, ready for kubectl
+StatefulSet, ConfigMap, Secret and Service that run them, and the Role that
+lets each runner watch its own ConfigMap, ready for kubectl
 apply, Argo CD, Flux or kustomize. No cluster is needed. Documents that are
 not VirtualMachines are passed through unchanged.
 
@@ -99,7 +103,8 @@ and then nothing is written: there is no partial output.`,
 	}
 	cmd.Flags().StringSliceVarP(&o.Filenames, "filename", "f", nil, "file, directory or - (stdin) with manifests; may repeat")
 	cmd.Flags().BoolVarP(&o.Recursive, "recursive", "R", false, "process the directories given with -f recursively")
-	cmd.Flags().StringVar(&o.ServiceAccount, "service-account", "", "ServiceAccount of the runner pods, e.g. vm-runner bound to the ClusterRole vm-runner, so that runners may report events and stop their VM for good (default: the namespace's default account)")
+	cmd.Flags().StringVar(&o.ServiceAccount, "service-account", "", "ServiceAccount of the runner pods, e.g. vm-runner bound to the ClusterRole vm-runner, so that runners may report events and stop their VM for good (default: each VM's own, NAME-runner, with --config-access; else the namespace's default account)")
+	cmd.Flags().BoolVar(&o.ConfigAccess, "config-access", true, "let each runner get and watch its own ConfigMap, by name (a Role and RoleBinding NAME-runner, and a ServiceAccount NAME-runner unless --service-account names one), so that a live change reaches the guest in a second; false: at the kubelet's refresh of the config volume, about a minute")
 	cmd.Flags().StringVar(&o.ImageRegistry, "image-registry", "", "registry and path of vmop's runner image for VMs without spec.image, e.g. a mirror for an air-gapped cluster (default "+version.Registry+")")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", manifest.FormatYAML, "output format: "+strings.Join(manifest.Formats, " or "))
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
@@ -161,7 +166,7 @@ func (o *Options) Run() error {
 		return err
 	}
 	opts := render.StreamOptions{
-		Options:   render.Options{ImageRegistry: o.ImageRegistry, ServiceAccount: o.ServiceAccount},
+		Options:   render.Options{ImageRegistry: o.ImageRegistry, ServiceAccount: o.ServiceAccount, ConfigAccess: o.ConfigAccess},
 		Namespace: o.Namespace,
 		Warn: func(p render.Problem) {
 			fmt.Fprintf(o.ErrOut, "Warning: %s\n", p)

@@ -127,12 +127,17 @@ func TestRenderNamespaceSet(t *testing.T) {
 		require.NoError(t, err)
 		var obj struct {
 			Metadata struct{ Namespace string }
+			Subjects []struct{ Namespace string }
 		}
 		require.NoError(t, json.Unmarshal(d.JSON, &obj))
 		require.Equal(t, "other", obj.Metadata.Namespace, "%s", d.Raw)
+		for _, s := range obj.Subjects { // the runner's RoleBinding
+			require.Equal(t, "other", s.Namespace, "%s", d.Raw)
+		}
 		n++
 	}
-	require.Equal(t, 2, n, "ConfigMap and StatefulSet")
+	require.Equal(t, 5, n, "the runner's ServiceAccount, Role and RoleBinding, ConfigMap and StatefulSet")
+	require.Empty(t, r.Stderr, "with a namespace, no warning")
 }
 
 // Failures: nothing on stdout, every problem on stderr, an error returned.
