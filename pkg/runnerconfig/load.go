@@ -44,6 +44,19 @@ var Firmwares = []string{"bios", "uefi", "uefi-4m", "secure", "secure-4m"}
 // file and, for invalid values, every field at fault. A file larger than
 // manifest.MaxDocumentSize is refused after reading that much.
 func Load(path string) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ReadFile reads a config file of at most manifest.MaxDocumentSize bytes.
+func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -53,11 +66,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	c, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return c, nil
+	return data, nil
 }
 
 // Parse decodes, defaults and validates a config.

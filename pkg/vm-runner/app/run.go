@@ -13,8 +13,10 @@ import (
 
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/version"
+	"github.com/vmop/vmop/pkg/vm-runner/configwatch"
 	"github.com/vmop/vmop/pkg/vm-runner/reporter"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
+	"github.com/vmop/vmop/pkg/vmpod"
 )
 
 // run runs the VM (or checks it) and ends with the runner's exit code.
@@ -38,6 +40,7 @@ func (o *runOptions) run(stdout, stderr io.Writer) error {
 		// SIGTERM (the pod is deleted) and ^C shut the guest down cleanly.
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
+		followConfig(ctx, r, log)
 		log.Info("Starting", "version", version.Get(), "config", o.config)
 		err = r.Run(ctx)
 	}
@@ -113,6 +116,35 @@ func inCluster(vm string, log *slog.Logger) *reporter.Reporter {
 		return nil
 	}
 	return rep
+}
+
+// followConfig has the runner follow its ConfigMap through the API server
+// when it runs in a pod whose account may read it, so that live changes
+// come in a second, not at the kubelet's refresh of the volume.
+func followConfig(ctx context.Context, r *runner.Runner, log *slog.Logger) {
+	cfg, ns, err := reporter.InClusterConfig()
+	if err != nil {
+		return // stand-alone, or inCluster said why
+	}
+	w, err := configwatch.New(cfg, ns, r.Name(), vmpod.ConfigFile, log)
+	if err != nil {
+		log.Warn("Live changes come with the kubelet's refresh of the config volume (about a minute)", "err", err)
+		return
+	}
+	updates := make(chan []byte, 1)
+	r.FollowConfig(updates)
+	go func() {
+		err := w.Run(ctx, func(c []byte) {
+			select { // only the newest counts
+			case <-updates:
+			default:
+			}
+			updates <- c
+		})
+		if err != nil {
+			log.Info("Live changes come with the kubelet's refresh of the config volume (about a minute)", "err", err)
+		}
+	}()
 }
 
 // stopReporting ends a reporter with stop (its Stop or StopEvents), which

@@ -159,15 +159,25 @@ func New(cfg *rest.Config, namespace, vm string, log *slog.Logger) (*Reporter, e
 // a pod it returns an error that matches ErrNotInCluster (errors.Is), so
 // that a caller can run without reporting.
 func InCluster(vm string, log *slog.Logger) (*Reporter, error) {
-	cfg, err := rest.InClusterConfig()
+	cfg, ns, err := InClusterConfig()
 	if err != nil {
 		return nil, err
 	}
+	return New(cfg, ns, vm, log)
+}
+
+// InClusterConfig returns the pod's service account and namespace, or an
+// error that matches ErrNotInCluster outside a pod.
+func InClusterConfig() (*rest.Config, string, error) {
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, "", err
+	}
 	ns, err := os.ReadFile(namespaceFile)
 	if err != nil {
-		return nil, fmt.Errorf("namespace of the pod: %w", err)
+		return nil, "", fmt.Errorf("namespace of the pod: %w", err)
 	}
-	return New(cfg, strings.TrimSpace(string(ns)), vm, log)
+	return cfg, strings.TrimSpace(string(ns)), nil
 }
 
 func newReporter(cfg *rest.Config, namespace, vm string, log *slog.Logger, opts options) (*Reporter, error) {

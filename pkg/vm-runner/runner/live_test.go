@@ -1,11 +1,16 @@
 package runner
 
 import (
+	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/test/harness/eventually"
 )
 
 // The unit tests of the live changes: the runner against fakeQemu (see
@@ -245,4 +250,62 @@ func TestLiveCPUsTCGThreads(t *testing.T) {
 	require.Equal(t, "The guest keeps 2 CPUs until its next start (kubectl vm restart), then gets 4: "+
 		"qemu emulates it (tcg), and can start only maximumCpus (4) CPU threads in one run, an unplugged CPU's included",
 		v.rec.waitEvent(t, ReasonCPUsDeferred, 1).Message)
+}
+
+// TestLiveFromTheAPIServer: a config that comes through FollowConfig (the
+// runner's ConfigMap as the API server has it) is applied as a changed
+// file is, and from then on an older file, which the kubelet's volume
+// still shows, does not undo it.
+func TestLiveFromTheAPIServer(t *testing.T) {
+	c := baseConfig(t.TempDir())
+	v := newTestVM(t, c)
+	updates := make(chan []byte, 1)
+	v.r.FollowConfig(updates)
+	v.run()
+
+	send := func(c runnerconfig.Config) {
+		b, err := json.Marshal(map[string]any{"/Runner": c})
+		require.NoError(t, err)
+		updates <- b
+	}
+	newer := c
+	newer.VM.CurrentCPUs = 4
+	send(newer)
+	require.Equal(t, "The guest has 4 CPUs (before: 2)", v.rec.waitEvent(t, ReasonCPUsChanged, 1).Message)
+	require.Equal(t, 4, v.q.plugged())
+
+	// The volume's file is still the old config: a change of it (here the
+	// old config written again) must not unplug the CPUs.
+	n := len(v.q.commands(0))
+	v.writeConfig(c)
+	newer.VM.CurrentRAM.Bytes = 512 << 20
+	send(newer)
+	v.rec.wait(t, "the balloon set from the API server's config", func() bool {
+		return slices.Contains(v.q.commands(n), `balloon {"value":536870912}`)
+	})
+	for _, cmd := range v.q.commands(n) {
+		require.NotContains(t, cmd, "device_del", "the older file undid the API server's config")
+	}
+	require.Equal(t, 4, v.q.plugged())
+
+	// An invalid config from the API server leaves the VM as it is and
+	// says where it came from.
+	updates <- []byte("/Runner: {vm: {currentCpus: many}}")
+	eventually.Within(t, waitTimeout, func() string {
+		if !strings.Contains(v.log.String(), "ConfigMap test, config.yaml") {
+			return "no error naming the ConfigMap in the log:\n" + v.log.String()
+		}
+		return ""
+	})
+	require.Equal(t, 4, v.q.plugged())
+
+	// A config in the file that never came from the API server (its
+	// updates stopped) applies.
+	n = len(v.q.commands(0))
+	own := newer
+	own.VM.CurrentCPUs = 3
+	v.writeConfig(own)
+	v.rec.wait(t, "a CPU unplugged for the file's config", func() bool {
+		return slices.ContainsFunc(v.q.commands(n), func(c string) bool { return strings.HasPrefix(c, "device_del") })
+	})
 }

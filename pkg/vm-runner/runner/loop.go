@@ -168,6 +168,9 @@ func (r *Runner) loop(ctx context.Context, events <-chan qmp.Event, watcher *fsn
 			if r.watched(we.Name) {
 				reload.Reset(reloadDelay)
 			}
+		case c := <-r.configUpdates:
+			r.apiConfig.add(c)
+			reload.Reset(reloadDelay)
 		case err := <-watcher.Errors:
 			r.log.Error("Watching the config directory", "err", err)
 		case <-cdRetryC:
@@ -356,7 +359,7 @@ func (r *Runner) pressPowerButton(ctx context.Context, because string) {
 // reload reads the config again and applies what can change live. An
 // invalid config leaves the VM as it is.
 func (r *Runner) reload(ctx context.Context) {
-	c, err := runnerconfig.Load(r.opts.ConfigFile)
+	c, err := r.loadConfig()
 	if err != nil {
 		r.log.Error("The changed config is invalid; the VM keeps its settings", "err", err)
 		return
@@ -381,6 +384,62 @@ func (r *Runner) reload(ctx context.Context) {
 	vm.SerialConsole = c.VM.SerialConsole
 	c.VM = vm
 	r.config = c
+}
+
+// loadConfig reads the config to apply: the API server's newest (see
+// FollowConfig) unless the file holds one that did not come from it.
+func (r *Runner) loadConfig() (*runnerconfig.Config, error) {
+	data, err := runnerconfig.ReadFile(r.opts.ConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	from := r.opts.ConfigFile
+	if r.apiConfig.stands(data) {
+		data, from = r.apiConfig.newest, fmt.Sprintf("ConfigMap %s, %s", r.Name(), vmpod.ConfigFile)
+	}
+	c, err := runnerconfig.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	return c, nil
+}
+
+// apiConfig is what came through FollowConfig: the newest config, and the
+// recent ones, by which the volume's file, which lags, is known as older.
+type apiConfig struct {
+	newest []byte
+	recent []string // the newest last
+	// file is the file's config when last read; fresh: newest came after
+	// the file last changed to a config of its own.
+	file  string
+	fresh bool
+}
+
+// recentConfigs is how many configs apiConfig remembers: more than a
+// volume lags behind.
+const recentConfigs = 16
+
+func (a *apiConfig) add(c []byte) {
+	a.newest, a.fresh = c, true
+	a.recent = append(a.recent, string(c))
+	if len(a.recent) > recentConfigs {
+		a.recent = a.recent[1:]
+	}
+}
+
+// stands tells whether the API server's newest config applies rather than
+// file, the volume's: it came, and the file holds none of its own since.
+func (a *apiConfig) stands(file []byte) bool {
+	if a.newest == nil {
+		return false
+	}
+	if string(file) != a.file {
+		a.file = string(file)
+		if !slices.Contains(a.recent, a.file) {
+			a.fresh = false // new in the file: the updates missed it
+		}
+	}
+	return a.fresh
 }
 
 // restartFields lists the fields of the VM that differ and cannot change

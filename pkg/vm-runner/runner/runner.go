@@ -61,13 +61,17 @@ const consolePrefix = "[serial] "
 
 // Runner runs one VM.
 type Runner struct {
-	opts       Options
-	log        *slog.Logger
-	configDir  string
-	config     *runnerconfig.Config // the config in effect
-	dataDir    string
-	runtimeDir string
-	machine    *Machine
+	opts      Options
+	log       *slog.Logger
+	configDir string
+	config    *runnerconfig.Config // the config in effect
+	// configUpdates brings the config as the API server has it
+	// (FollowConfig); apiConfig holds what came, loop-only.
+	configUpdates <-chan []byte
+	apiConfig     apiConfig
+	dataDir       string
+	runtimeDir    string
+	machine       *Machine
 
 	qemu, swtpm *process
 	console     *serialconsole.Console
@@ -156,6 +160,18 @@ func (r *Runner) Name() string { return r.config.VM.Name }
 
 // UseReporter sends the VM's status to rep from now on.
 func (r *Runner) UseReporter(rep Reporter) { r.opts.Reporter = rep }
+
+// FollowConfig makes the runner apply each config that updates brings
+// (its ConfigMap's config.yaml, as the API server has it) as it applies a
+// change of the config file. The file, which the kubelet refreshes a
+// minute or so later, then counts only when it holds a config that did not
+// come this way: an older one cannot undo a newer change, and should the
+// updates stop, the file's changes still apply. Call it before Run.
+func (r *Runner) FollowConfig(updates <-chan []byte) {
+	r.configUpdates = updates
+	file, _ := runnerconfig.ReadFile(r.opts.ConfigFile) // what New read
+	r.apiConfig.file = string(file)
+}
 
 // Run starts the VM and keeps it in line with its config until ctx ends
 // (SIGTERM), then shuts the guest down. The error, an *ExitError, carries

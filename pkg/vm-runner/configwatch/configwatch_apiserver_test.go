@@ -1,0 +1,122 @@
+package configwatch_test
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/vm-runner/configwatch"
+	"github.com/vmop/vmop/pkg/vmpod"
+	"github.com/vmop/vmop/test/harness/testcluster"
+)
+
+const ns = "vms"
+
+// TestWatchWithRenderedAccess: with the ServiceAccount, Role and
+// RoleBinding that kubectl vm render writes, the runner's account follows
+// its own ConfigMap on a real API server, and may read no other.
+func TestWatchWithRenderedAccess(t *testing.T) {
+	c := testcluster.New(t)
+	ctx := t.Context()
+	require.NoError(t, c.CreateNamespace(ctx, ns))
+	admin, err := kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+
+	objs, problems, _ := render.FromJSON([]byte(`{"apiVersion":"vmoperator.jdrupes.org/v1","kind":"VirtualMachine",
+		"metadata":{"name":"alpha","namespace":"vms"},"spec":{"vm":{"maximumCpus":2,"currentCpus":1}}}`),
+		render.StreamOptions{Options: render.Options{ConfigAccess: true}})
+	require.Empty(t, problems)
+	require.NotNil(t, objs.ServiceAccount)
+	_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, objs.ServiceAccount, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = admin.RbacV1().Roles(ns).Create(ctx, objs.Role, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, objs.RoleBinding, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cm, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, objs.ConfigMap, metav1.CreateOptions{})
+	require.NoError(t, err)
+	other, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "beta"}, Data: map[string]string{vmpod.ConfigFile: "beta"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	runner := asAccount(c.Config, objs.StatefulSet.Spec.Template.Spec.ServiceAccountName)
+	w, err := configwatch.New(runner, ns, "alpha", vmpod.ConfigFile, slog.Default())
+	require.NoError(t, err)
+	got := make(chan string, 10)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, func(b []byte) { got <- string(b) }) }()
+	require.Equal(t, cm.Data[vmpod.ConfigFile], next(t, got, done), "the config as it is")
+
+	// Another ConfigMap's change brings nothing; the own one's does.
+	other.Data[vmpod.ConfigFile] = "beta 2"
+	_, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, other, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	cm.Data[vmpod.ConfigFile] += "# changed\n"
+	_, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, cm.Data[vmpod.ConfigFile], next(t, got, done), "the changed config")
+
+	// A change of something else than the key sends nothing again.
+	cm, err = admin.CoreV1().ConfigMaps(ns).Get(ctx, "alpha", metav1.GetOptions{})
+	require.NoError(t, err)
+	cm.Labels["touched"] = "yes"
+	cm, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	cm.Data[vmpod.ConfigFile] += "# again\n"
+	_, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, cm.Data[vmpod.ConfigFile], next(t, got, done), "only the key's changes")
+
+	// The account reads its own ConfigMap only, and no Secret.
+	cs, err := kubernetes.NewForConfig(runner)
+	require.NoError(t, err)
+	_, err = cs.CoreV1().ConfigMaps(ns).Get(ctx, "beta", metav1.GetOptions{})
+	require.True(t, apierrors.IsForbidden(err), "another ConfigMap: %v", err)
+	_, err = cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	require.True(t, apierrors.IsForbidden(err), "all ConfigMaps: %v", err)
+	_, err = cs.CoreV1().Secrets(ns).Get(ctx, render.CloudInitSecretName("alpha"), metav1.GetOptions{})
+	require.True(t, apierrors.IsForbidden(err), "a Secret: %v", err)
+}
+
+// TestWatchNotAllowed: an account without the Role (the namespace's
+// default, as a VM rendered with --config-access=false has) makes Run
+// return ErrNotAllowed at once, so that the runner keeps to the volume.
+func TestWatchNotAllowed(t *testing.T) {
+	c := testcluster.New(t)
+	ctx := t.Context()
+	require.NoError(t, c.CreateNamespace(ctx, ns))
+	w, err := configwatch.New(asAccount(c.Config, "default"), ns, "alpha", vmpod.ConfigFile, slog.Default())
+	require.NoError(t, err)
+	err = w.Run(ctx, func([]byte) { t.Error("sent a config") })
+	require.ErrorIs(t, err, configwatch.ErrNotAllowed)
+}
+
+// asAccount is cfg acting as the ServiceAccount ns/name, as its token does.
+func asAccount(cfg *rest.Config, name string) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+	return cfg
+}
+
+// next is the next config sent, or fails the test.
+func next(t *testing.T, got <-chan string, done <-chan error) string {
+	t.Helper()
+	select {
+	case s := <-got:
+		return s
+	case err := <-done:
+		t.Fatalf("Run ended: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no config within 30 s")
+	}
+	return ""
+}
