@@ -441,9 +441,6 @@ func (r *renderer) warnings() []string {
 	if r.annotations.displayWithoutPassword && v.Display.Spice != nil {
 		w = append(w, DisplayWithoutPasswordWarning)
 	}
-	if r.opts.ConfigAccess && !r.configAccess() {
-		w = append(w, NoNamespaceWarning)
-	}
 	return w
 }
 
@@ -947,12 +944,10 @@ func (r *renderer) account() string {
 }
 
 // configAccess tells whether the runner gets access to its ConfigMap: as
-// asked, when the VM's namespace is known, which its RoleBinding names.
+// asked, when the VM's namespace is known, which its RoleBinding names
+// (docs/runner.md says so; a warning on every VM applied with
+// kubectl apply -n would be noise).
 func (r *renderer) configAccess() bool { return r.opts.ConfigAccess && r.vm.Namespace != "" }
-
-// NoNamespaceWarning says that a VM rendered without a namespace gets no
-// access to its ConfigMap.
-const NoNamespaceWarning = "no namespace: live changes reach the runner at the kubelet's refresh of its config volume (about a minute), not in a second; set metadata.namespace (or -n) so that its RoleBinding can name its account"
 
 // runnerAccess lets the runner's account get and watch the VM's ConfigMap
 // by name (a watch with resourceNames must select metadata.name, as the

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmop/vmop/pkg/vm-runner/configwatch"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/gitops"
 	"github.com/vmop/vmop/test/harness/gitserver"
@@ -321,9 +322,31 @@ func TestArgoCDRendered(t *testing.T) {
 		rev := repo.Write("alpha: 2 CPUs", map[string]string{"vms/alpha.yaml": m})
 		committed := time.Now()
 		refreshApp(t, app)
-		waitApp(t, app, 3*time.Minute, syncedAt(rev))
+		// The runner watches its ConfigMap (the Role render writes), so the
+		// change does not wait for the kubelet's refresh of the volume.
+		eventually.Within(t, 3*time.Minute, func() string {
+			cm, err := node.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), "alpha", metav1.GetOptions{})
+			if err != nil {
+				return err.Error()
+			}
+			if !strings.Contains(cm.Data["config.yaml"], "currentCpus: 2") {
+				return "Argo CD has not changed the ConfigMap yet"
+			}
+			return ""
+		})
+		synced := time.Now()
 		waitConsole(t, ns, "alpha", testguest.CPUsPrefix+"2", 3*time.Minute)
-		t.Logf("commit to the guest's second CPU: %v", time.Since(committed).Round(time.Second))
+		t.Logf("commit to the ConfigMap changed: %v; from there to the guest's second CPU: %v",
+			synced.Sub(committed).Round(100*time.Millisecond), time.Since(synced).Round(100*time.Millisecond))
+		require.NotEmpty(t, runnerLogAttrs(t, ns, "alpha", configwatch.Following, "configMap"), "the runner follows its ConfigMap through the API server")
+		// The guest can be faster than Argo CD's sync: wait for its end
+		// (its history), from which requireNoDrift counts.
+		waitApp(t, app, 3*time.Minute, func(a argoApp) string {
+			if h := a.Status.History; len(h) == 0 || h[len(h)-1].Revision != rev {
+				return "the sync of " + rev + " is not in the history yet"
+			}
+			return syncedAt(rev)(a)
+		})
 		require.Equal(t, pod, podUID(t, ns, "alpha"), "the pod was replaced")
 		requireNoDrift(t, app, rev)
 	})

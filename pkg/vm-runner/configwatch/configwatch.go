@@ -43,7 +43,11 @@ type Watcher struct {
 	lastData   string
 	haveData   bool
 	lastFailed string
+	following  bool
 }
+
+// Following is logged once the ConfigMap could be read.
+const Following = "Following the ConfigMap through the API server"
 
 // New returns a Watcher of key in the ConfigMap namespace/name.
 func New(cfg *rest.Config, namespace, name, key string, log *slog.Logger) (*Watcher, error) {
@@ -91,6 +95,10 @@ func (w *Watcher) get(ctx context.Context, send func([]byte)) (string, error) {
 	cm, err := w.cms.Get(ctx, w.name, metav1.GetOptions{})
 	if err != nil {
 		return "", err
+	}
+	if !w.following {
+		w.following = true
+		w.log.Info(Following)
 	}
 	w.lastFailed = ""
 	w.found(cm, send)

@@ -137,7 +137,6 @@ func TestRenderNamespaceSet(t *testing.T) {
 		n++
 	}
 	require.Equal(t, 5, n, "the runner's ServiceAccount, Role and RoleBinding, ConfigMap and StatefulSet")
-	require.Empty(t, r.Stderr, "with a namespace, no warning")
 }
 
 // Failures: nothing on stdout, every problem on stderr, an error returned.
