@@ -55,24 +55,24 @@ func TestWatchWithRenderedAccess(t *testing.T) {
 	go func() { done <- w.Run(ctx, func(b []byte) { got <- string(b) }) }()
 	require.Equal(t, cm.Data[vmpod.ConfigFile], next(t, got, done), "the config as it is")
 
+	update := func(cm *corev1.ConfigMap) *corev1.ConfigMap {
+		t.Helper()
+		cm, err := admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		return cm
+	}
 	// Another ConfigMap's change brings nothing; the own one's does.
 	other.Data[vmpod.ConfigFile] = "beta 2"
-	_, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, other, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	update(other)
 	cm.Data[vmpod.ConfigFile] += "# changed\n"
-	_, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	cm = update(cm)
 	require.Equal(t, cm.Data[vmpod.ConfigFile], next(t, got, done), "the changed config")
 
 	// A change of something else than the key sends nothing again.
-	cm, err = admin.CoreV1().ConfigMaps(ns).Get(ctx, "alpha", metav1.GetOptions{})
-	require.NoError(t, err)
 	cm.Labels["touched"] = "yes"
-	cm, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	cm = update(cm)
 	cm.Data[vmpod.ConfigFile] += "# again\n"
-	_, err = admin.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	update(cm)
 	require.Equal(t, cm.Data[vmpod.ConfigFile], next(t, got, done), "only the key's changes")
 
 	// The account reads its own ConfigMap only, and no Secret.
