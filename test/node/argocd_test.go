@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -319,25 +320,36 @@ func TestArgoCDRendered(t *testing.T) {
 	t.Run("a live change from Git", func(t *testing.T) {
 		pod := podUID(t, ns, "alpha")
 		m := strings.Replace(gitopsGuestVM("alpha", ns), "currentCpus: 1", "currentCpus: 2", 1)
+		// The ConfigMap's change is timed by a watch of it, started first.
+		cms := node.Client.CoreV1().ConfigMaps(ns)
+		cm, err := cms.Get(t.Context(), "alpha", metav1.GetOptions{})
+		require.NoError(t, err)
+		watch, err := cms.Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=alpha", ResourceVersion: cm.ResourceVersion})
+		require.NoError(t, err)
+		defer watch.Stop()
 		rev := repo.Write("alpha: 2 CPUs", map[string]string{"vms/alpha.yaml": m})
 		committed := time.Now()
 		refreshApp(t, app)
+		var changed time.Time
+		for changed.IsZero() {
+			select {
+			case ev, ok := <-watch.ResultChan():
+				require.True(t, ok, "the watch of ConfigMap alpha ended")
+				if cm, ok := ev.Object.(*corev1.ConfigMap); ok && strings.Contains(cm.Data["config.yaml"], "currentCpus: 2") {
+					changed = time.Now()
+				}
+			case <-time.After(3 * time.Minute):
+				t.Fatal("Argo CD did not change ConfigMap alpha within 3 minutes")
+			}
+		}
 		// The runner watches its ConfigMap (the Role render writes), so the
 		// change does not wait for the kubelet's refresh of the volume.
-		eventually.Within(t, 3*time.Minute, func() string {
-			cm, err := node.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), "alpha", metav1.GetOptions{})
-			if err != nil {
-				return err.Error()
-			}
-			if !strings.Contains(cm.Data["config.yaml"], "currentCpus: 2") {
-				return "Argo CD has not changed the ConfigMap yet"
-			}
-			return ""
-		})
-		synced := time.Now()
 		waitConsole(t, ns, "alpha", testguest.CPUsPrefix+"2", 3*time.Minute)
-		t.Logf("commit to the ConfigMap changed: %v; from there to the guest's second CPU: %v",
-			synced.Sub(committed).Round(100*time.Millisecond), time.Since(synced).Round(100*time.Millisecond))
+		seen := time.Now()
+		set, ok := runnerLogTime(t, ns, "alpha", "CPUs set", committed)
+		require.True(t, ok, "the runner's log says when it set the CPUs")
+		t.Logf("commit to the ConfigMap changed: %v; from there to the runner's CPU plug: %v, to the guest's second CPU on its console: %v",
+			changed.Sub(committed).Round(100*time.Millisecond), set.Sub(changed).Round(10*time.Millisecond), seen.Sub(changed).Round(100*time.Millisecond))
 		require.NotEmpty(t, runnerLogAttrs(t, ns, "alpha", configwatch.Following, "configMap"), "the runner follows its ConfigMap through the API server")
 		// The guest can be faster than Argo CD's sync: wait for its end
 		// (its history), from which requireNoDrift counts.
