@@ -229,6 +229,17 @@ func RunnerRoot(module string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// RunnerQemuScript starts the runner image's qemu on a host whose own
+// qemu differs, with the image's loader, libraries, modules and firmware;
+// ROOT stands for RunnerRoot's directory. Error messages keep qemu's own
+// name.
+const RunnerQemuScript = `#!/bin/sh
+R='ROOT'
+QEMU_MODULE_DIR="$R/usr/lib/x86_64-linux-gnu/qemu" exec "$R/lib64/ld-linux-x86-64.so.2" \
+	--library-path "$R/usr/lib/x86_64-linux-gnu" --argv0 qemu-system-x86_64 "$R/usr/bin/qemu-system-x86_64" \
+	-L "$R/usr/share/qemu" -L "$R/usr/share/seabios" -L "$R/usr/lib/ipxe/qemu" "$@"
+`
+
 // Program builds an image of one more Go program of the module, static
 // and unprivileged like the operator's: pkg is its main package (e.g. a
 // test's helper), name the image's, its binary /<name>.

@@ -58,20 +58,10 @@ const testTemplate = `
 // the image's qemu does not, and it is the one users run.
 var runnerRoot = sync.OnceValues(func() (string, error) { return imagebuild.RunnerRoot("../..") })
 
-// qemuScript starts that qemu on this host with the root's own loader,
-// libraries, modules and firmware (the host's are for its qemu 7.2);
-// error messages keep qemu's own name.
-const qemuScript = `#!/bin/sh
-R='ROOT'
-QEMU_MODULE_DIR="$R/usr/lib/x86_64-linux-gnu/qemu" exec "$R/lib64/ld-linux-x86-64.so.2" \
-	--library-path "$R/usr/lib/x86_64-linux-gnu" --argv0 qemu-system-x86_64 "$R/usr/bin/qemu-system-x86_64" \
-	-L "$R/usr/share/qemu" -L "$R/usr/share/seabios" -L "$R/usr/lib/ipxe/qemu" "$@"
-`
-
 // guest is one Debian VM run by an in-process vm-runner: Run with a
 // context that ends as vm-runner's SIGTERM handler ends it.
 type guest struct {
-	t                         *testing.T
+	t                         testing.TB
 	dir, runtime, disk, iso   string
 	config, templates, output string
 	qemu                      string
@@ -82,7 +72,7 @@ type guest struct {
 	started                   time.Time
 }
 
-func newGuest(t *testing.T) *guest {
+func newGuest(t testing.TB) *guest {
 	t.Helper()
 	prereq.Commands(t, "swtpm, genisoimage, e2fsprogs", "swtpm", "genisoimage", "e2fsck", "debugfs")
 	// Unix socket paths are short: keep the directory near the root.
@@ -95,7 +85,7 @@ func newGuest(t *testing.T) *guest {
 	root, err := runnerRoot()
 	require.NoError(t, err)
 	g.qemu = filepath.Join(dir, "qemu")
-	require.NoError(t, os.WriteFile(g.qemu, []byte(strings.ReplaceAll(qemuScript, "ROOT", root)), 0o755))
+	require.NoError(t, os.WriteFile(g.qemu, []byte(strings.ReplaceAll(imagebuild.RunnerQemuScript, "ROOT", root)), 0o755))
 	for _, d := range []string{"etc", "templates", "iso"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
 	}

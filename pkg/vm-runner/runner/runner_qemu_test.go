@@ -46,6 +46,8 @@ type vm struct {
 	exited                       chan struct{}
 	exitCode                     int
 	spicePort                    int
+	// qemu is the qemu program; empty: the host's.
+	qemu string
 }
 
 // requireTools skips under -short and fails (not skips) when qemu is
@@ -118,7 +120,11 @@ func (v *vm) start() *qmp.Monitor {
 	v.output = filepath.Join(v.dir, "runner.log")
 	out, err := os.Create(v.output)
 	require.NoError(v.t, err)
-	v.cmd = exec.Command(vmRunner(v.t), "-c", v.config, "--template-dir", filepath.Join(v.dir, "templates"), "--debug")
+	args := []string{"-c", v.config, "--template-dir", filepath.Join(v.dir, "templates"), "--debug"}
+	if v.qemu != "" {
+		args = append(args, "--qemu", v.qemu)
+	}
+	v.cmd = exec.Command(vmRunner(v.t), args...)
 	v.cmd.Stdout, v.cmd.Stderr = out, out
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(v.t, v.cmd.Start())
@@ -439,7 +445,7 @@ func qemuPID(t *testing.T, v *vm) int {
 
 // childNamed finds a child of the runner by its command name; any of the
 // runner's threads may have forked it. 0 when there is none.
-func childNamed(t *testing.T, v *vm, prefix string) int {
+func childNamed(t testing.TB, v *vm, prefix string) int {
 	t.Helper()
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", v.cmd.Process.Pid))
 	require.NoError(t, err)
