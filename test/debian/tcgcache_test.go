@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
-	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/pkg/vm-runner/runner/templates"
 	"github.com/vmop/vmop/test/harness/procmem"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/internal/imagebuild"
-	"github.com/vmop/vmop/templates"
+	"github.com/vmop/vmop/pkg/vm-runner/runner/templates"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/procmem"
 	"github.com/vmop/vmop/test/harness/testguest"
