@@ -24,8 +24,6 @@ type Machine struct {
 	SMP        string
 	Firmware   Firmware
 	RuntimeDir string
-	// TCGCacheMiB is TCG's translation cache (qemu's tb-size); 0 with KVM.
-	TCGCacheMiB int
 
 	QMPSocket, GuestAgentSocket, VmopAgentSocket string
 	// ConsoleSocket is where the serial port connects: the runner's
@@ -66,14 +64,6 @@ type Drive struct {
 	Index int
 }
 
-// TCGCacheMiB is the translation cache of a guest that qemu emulates.
-// qemu's default is an eighth of the host's memory, at most 1 GiB, which
-// a guest fills over time and which qemu keeps resident: a Debian guest
-// wrote 224 MiB of code into it by the end of its first boot. The cache
-// is flushed whole when full and refilled from what the guest runs
-// (docs/figures.md).
-const TCGCacheMiB = 128
-
 // NewMachine derives the command's data from a config. isDevice tells
 // whether a path is a block device (a disk given as "resource").
 func NewMachine(vm *runnerconfig.VM, uuid string, kvm bool, fw Firmware, runtimeDir string, isDevice func(string) bool) *Machine {
@@ -94,8 +84,6 @@ func NewMachine(vm *runnerconfig.VM, uuid string, kvm bool, fw Firmware, runtime
 	}
 	if kvm {
 		m.Accel = "kvm"
-	} else {
-		m.TCGCacheMiB = TCGCacheMiB
 	}
 	if m.CPUModel == "" || (m.CPUModel == "host" && !kvm) {
 		// "host" needs KVM; "max" is the most TCG can emulate. A VM that
