@@ -30,6 +30,7 @@ import (
 	"github.com/vmop/vmop/pkg/vmpod"
 
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/procmem"
 	"github.com/vmop/vmop/test/harness/vmopbin"
 )
 
@@ -306,18 +307,10 @@ func sampleRSS(pid int, peak *atomic.Int64) func() {
 	return func() { close(done) }
 }
 
-// cpuSeconds is the CPU time process pid used so far.
+// cpuSeconds is the CPU time process pid used so far; 0 if it is gone.
 func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the command (which may hold spaces): state is field 3,
-	// utime and stime are fields 14 and 15, in clock ticks (100 per s).
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100
+	s, _ := procmem.CPUSeconds(pid)
+	return s
 }
 
 // readRSS reads VmRSS from /proc, in bytes; 0 if the process is gone.
