@@ -80,7 +80,10 @@ func Path(name string, flags ...string) (string, error) {
 	}
 	out := filepath.Join(sub, name)
 	args := append(append([]string{"build", "-tags", imagebuild.Tags, "-o", out}, flags...), "github.com/vmop/vmop/cmd/"+name)
-	if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+	// Without cgo, as the images and the krew archives are built.
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, b)
 	}
 	built[key] = out
