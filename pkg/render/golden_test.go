@@ -18,10 +18,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/manifest"
 	"github.com/vmop/vmop/pkg/render"
+	"github.com/vmop/vmop/pkg/runnerconfig"
+	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/golden"
 )
 
@@ -363,5 +366,44 @@ func valuePaths(v any, prefix string, out map[string]bool) {
 		for _, e := range v {
 			valuePaths(e, prefix, out)
 		}
+	}
+}
+
+// TestRunnerConfig checks that RunnerConfig, which kubectl vm list uses
+// instead of rendering, gives every valid case's VM the config the runner
+// reads from its rendered ConfigMap.
+func TestRunnerConfig(t *testing.T) {
+	for _, name := range goldenCases(t) {
+		if strings.HasPrefix(name, "error-") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			in, err := os.ReadFile(filepath.Join("testdata", name, "input.yaml"))
+			require.NoError(t, err)
+			dec := k8syaml.NewYAMLOrJSONDecoder(bytes.NewReader(in), 4096)
+			for {
+				var doc map[string]any
+				if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+					break
+				} else {
+					require.NoError(t, err)
+				}
+				if doc["apiVersion"] != v1.APIVersion || doc["kind"] != "VirtualMachine" {
+					continue
+				}
+				js, err := json.Marshal(doc)
+				require.NoError(t, err)
+				vm, err := v1.DecodeJSON(js)
+				require.NoError(t, err)
+				opts := caseOptions[name].Options
+				objs, err := render.Render(vm, opts)
+				require.NoError(t, err)
+				want, err := runnerconfig.Parse([]byte(objs.ConfigMap.Data[vmpod.ConfigFile]))
+				require.NoError(t, err)
+				got, err := render.RunnerConfig(vm, opts)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "VM %s", vm.Name)
+			}
+		})
 	}
 }

@@ -176,6 +176,23 @@ func Validate(vm *v1.VirtualMachine, opts Options) error {
 	return err
 }
 
+// RunnerConfig is the runner's config in the ConfigMap that Render writes
+// for vm, as the runner reads it (defaulted and validated), without
+// rendering the rest: kubectl vm list shows it for thousands of VMs.
+func RunnerConfig(vm *v1.VirtualMachine, opts Options) (*runnerconfig.Config, error) {
+	vm = vm.DeepCopy()
+	a, err := prepare(vm, opts)
+	if err != nil {
+		return nil, err
+	}
+	r := renderer{vm: vm, opts: opts, annotations: a}
+	c := &r.runnerConfig().Runner
+	if err := c.Complete(); err != nil {
+		return nil, fmt.Errorf("%s: runner config: %w", vm.Name, err)
+	}
+	return c, nil
+}
+
 // render defaults, validates and renders a VM that it may change.
 func render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
 	a, err := prepare(vm, opts)

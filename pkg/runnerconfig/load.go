@@ -76,11 +76,19 @@ func Parse(data []byte) (*Config, error) {
 		return nil, err
 	}
 	c := &f.Runner
-	c.Default()
-	if errs := c.Validate(); len(errs) > 0 {
-		return nil, errs.ToAggregate()
+	if err := c.Complete(); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// Complete defaults and validates c, as Parse does a decoded config.
+func (c *Config) Complete() error {
+	c.Default()
+	if errs := c.Validate(); len(errs) > 0 {
+		return errs.ToAggregate()
+	}
+	return nil
 }
 
 // Decode only decodes a config file, for a tool that edits it and writes

@@ -142,15 +142,10 @@ func NewView(vm *vmclient.VM, pod *corev1.Pod, cm *corev1.ConfigMap) *View {
 	}
 	v.derived = vmstatus.FromPod(pod, v.State() == v1.StateRunning, restartHash)
 	if vm.Mode == vmclient.ModeOperator {
-		// Rendering is how the operator gets the runner's config, so the
-		// spec's values and defaults come out exactly as the runner gets
-		// them.
-		objs, err := render.Render(vm.VM, render.Options{})
-		if err != nil {
-			v.ConfigErr = err
-			return v
-		}
-		cm = objs.ConfigMap
+		// The renderer's config is the operator's, so the spec's values
+		// and defaults come out exactly as the runner gets them.
+		v.Config, v.ConfigErr = render.RunnerConfig(vm.VM, render.Options{})
+		return v
 	}
 	if cm == nil {
 		v.ConfigErr = fmt.Errorf("configmap %s/%s not found", vm.Namespace, vm.Name)
