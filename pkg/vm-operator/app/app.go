@@ -137,6 +137,8 @@ func (o *Options) Validate() error {
 	switch {
 	case o.Workers < 1:
 		return fmt.Errorf("--workers must be at least 1, not %d", o.Workers)
+	case o.Resync < time.Second:
+		return fmt.Errorf("--resync must be at least 1s, not %v", o.Resync)
 	case o.LogFormat != "text" && o.LogFormat != "json":
 		return fmt.Errorf("--log-format must be text or json, not %q", o.LogFormat)
 	case o.LeaderElect && o.RenewDeadline >= o.LeaseDuration:

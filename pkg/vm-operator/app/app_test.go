@@ -17,6 +17,7 @@ func TestFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--workers", "0"}, "--workers must be at least 1, not 0"},
+		{[]string{"--resync", "0s"}, "--resync must be at least 1s, not 0s"},
 		{[]string{"--log-format", "xml"}, `--log-format must be text or json, not "xml"`},
 		{[]string{"--leader-elect-renew-deadline", "20s"}, "--leader-elect-renew-deadline (20s) must be less than --leader-elect-lease-duration (15s)"},
 		{[]string{"--leader-elect-retry-period", "10s"}, "--leader-elect-retry-period (10s) must be less than --leader-elect-renew-deadline (10s)"},

@@ -45,14 +45,19 @@ func (c *Cluster) startKwok(ctx context.Context, nodes []string, timeout time.Du
 			return fmt.Errorf("create node %s: %w", name, err)
 		}
 	}
-	return WaitUntil(ctx, p, timeout, fmt.Sprintf("nodes %v", nodes), func(ctx context.Context) error {
+	// One list per look: a thousand nodes' gets would load the API server.
+	return WaitUntil(ctx, p, timeout, fmt.Sprintf("%d nodes", len(nodes)), func(ctx context.Context) error {
+		list, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		ready := map[string]bool{}
+		for i := range list.Items {
+			ready[list.Items[i].Name] = NodeReady(&list.Items[i])
+		}
 		for _, name := range nodes {
-			node, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if !NodeReady(node) {
-				return fmt.Errorf("node %s not Ready: %v", name, node.Status.Conditions)
+			if !ready[name] {
+				return fmt.Errorf("node %s not Ready", name)
 			}
 		}
 		return nil
