@@ -175,7 +175,7 @@ func (c *Controller) watch(kube kubernetes.Interface, dyn dynamic.Interface, ns 
 		pods:         kf.Core().V1().Pods().Lister(),
 	}
 	vmHandler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueVM,
+		AddFunc: c.enqueueVM,
 		UpdateFunc: func(old, obj any) {
 			if sameVersion(old, obj) {
 				// A resync, not a change: spread over half the period,
