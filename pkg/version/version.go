@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 )
@@ -35,11 +36,17 @@ func Get() string {
 	if Version != "" {
 		return Version
 	}
+	return buildVersion()
+}
+
+// buildVersion is the module's version from the build info, read once: the
+// renderer asks for every VM it renders, and reading parses it again.
+var buildVersion = sync.OnceValue(func() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
 	return "devel"
-}
+})
 
 // ImageTag is the tag of this build's images: its version, with each
 // character that a tag cannot hold (such as the "+" of "+dirty") made "-".
