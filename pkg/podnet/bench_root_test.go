@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/procmem"
 	"github.com/vmop/vmop/test/harness/testguest"
 )
 
@@ -136,20 +137,7 @@ func benchEcho(b *testing.B, qemu *qemuGuest, addr string) {
 	b.StopTimer()
 	require.Equal(b, data, got)
 	// ip netns exec execs qemu: the pid is qemu's either way.
-	b.ReportMetric(float64(rssKiB(b, qemu.cmd.Process.Pid))/1024, "qemu-rss-MiB")
-}
-
-// rssKiB is a process's resident memory from /proc.
-func rssKiB(b *testing.B, pid int) int {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := procmem.RSS(qemu.cmd.Process.Pid)
 	require.NoError(b, err)
-	for _, l := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kib, err := strconv.Atoi(f[1])
-			require.NoError(b, err)
-			return kib
-		}
-	}
-	b.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
+	b.ReportMetric(float64(rss)/(1<<20), "qemu-rss-MiB")
 }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -393,19 +392,11 @@ func cpuSeconds(pid int) float64 {
 	return s
 }
 
-// readRSS reads VmRSS from /proc, in bytes; 0 if the process is gone.
+// readRSS is the resident memory of process pid in bytes; 0 if it is
+// gone.
 func readRSS(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	rss, _ := procmem.RSS(pid)
+	return rss
 }
 
 // BenchmarkStartLatency compares `kubectl vm start` with the `kubectl

@@ -28,6 +28,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-node/agent"
 	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/procmem"
 	"github.com/vmop/vmop/test/harness/testguest"
 	"github.com/vmop/vmop/test/harness/testnode"
 )
@@ -247,13 +248,9 @@ func containerPID(t *testing.T, ns, name string) int {
 // agentRSS is the resident memory of process pid (the agent), from
 // /proc.
 func agentRSS(t *testing.T, pid int) int64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := procmem.RSS(pid)
 	require.NoError(t, err)
-	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(status)
-	require.NotNil(t, m, "no VmRSS in /proc/%d/status", pid)
-	kb, err := strconv.ParseInt(string(m[1]), 10, 64)
-	require.NoError(t, err)
-	return kb << 10
+	return rss
 }
 
 // requireUnprivileged checks that qemu in the VM's pod runs as the

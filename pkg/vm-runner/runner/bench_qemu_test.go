@@ -1,7 +1,6 @@
 package runner_test
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/snapshot"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/freeport"
+	"github.com/vmop/vmop/test/harness/procmem"
 	"github.com/vmop/vmop/test/harness/testguest"
 )
 
@@ -101,25 +101,10 @@ func BenchmarkLiveChanges(b *testing.B) {
 	}
 	b.ReportMetric(float64(plug.Microseconds())/float64(b.N)/1000, "ms-cpu-plug")
 	b.ReportMetric(float64(change.Microseconds())/float64(b.N)/1000, "ms-cd-change")
-	b.ReportMetric(float64(rssKiB(b, v.cmd.Process.Pid))/1024, "MiB-runner-RSS")
+	rss, err := procmem.RSS(v.cmd.Process.Pid)
+	require.NoError(b, err)
+	b.ReportMetric(float64(rss)/(1<<20), "MiB-runner-RSS")
 	b.ReportMetric(0, "ns/op")
-}
-
-// rssKiB reads a process's resident memory.
-func rssKiB(t testing.TB, pid int) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	require.NoError(t, err)
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			n, err := strconv.Atoi(strings.Fields(rest)[0])
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
 }
 
 // BenchmarkSnapshot2GiB: a 2 GiB disk holding 600 MiB of data, copied
