@@ -180,12 +180,10 @@ func Validate(vm *v1.VirtualMachine, opts Options) error {
 // for vm, as the runner reads it (defaulted and validated), without
 // rendering the rest: kubectl vm list shows it for thousands of VMs.
 func RunnerConfig(vm *v1.VirtualMachine, opts Options) (*runnerconfig.Config, error) {
-	vm = vm.DeepCopy()
-	a, err := prepare(vm, opts)
+	r, err := newRenderer(vm.DeepCopy(), opts)
 	if err != nil {
 		return nil, err
 	}
-	r := renderer{vm: vm, opts: opts, annotations: a}
 	c := &r.runnerConfig().Runner
 	if err := c.Complete(); err != nil {
 		return nil, fmt.Errorf("%s: runner config: %w", vm.Name, err)
@@ -195,12 +193,20 @@ func RunnerConfig(vm *v1.VirtualMachine, opts Options) (*runnerconfig.Config, er
 
 // render defaults, validates and renders a VM that it may change.
 func render(vm *v1.VirtualMachine, opts Options) (*Objects, error) {
+	r, err := newRenderer(vm, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.render()
+}
+
+// newRenderer defaults and validates a VM that it may change.
+func newRenderer(vm *v1.VirtualMachine, opts Options) (*renderer, error) {
 	a, err := prepare(vm, opts)
 	if err != nil {
 		return nil, err
 	}
-	r := renderer{vm: vm, opts: opts, annotations: a}
-	return r.render()
+	return &renderer{vm: vm, opts: opts, annotations: a}, nil
 }
 
 // annotations are what the VM says in its annotations rather than its
