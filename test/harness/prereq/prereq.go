@@ -64,20 +64,15 @@ func Files(t testing.TB, pkg string, paths ...string) {
 }
 
 // ControlPlane needs etcd and kube-apiserver (and the other named
-// control-plane binaries): etcd from Debian, the rest from $VMOP_KUBE_BIN_DIR
-// or the cache of hack/build-control-plane.sh, which test/harness/testcluster
-// fills on first use (minutes). Only etcd is checked here.
+// control-plane binaries) from $VMOP_KUBE_BIN_DIR or the cache of
+// hack/build-control-plane.sh, which test/harness/testcluster fills on
+// first use (minutes).
 func ControlPlane(t testing.TB, binaries ...string) {
 	t.Helper()
 	if len(binaries) == 0 {
-		binaries = []string{"kube-apiserver"}
+		binaries = []string{"etcd", "kube-apiserver"}
 	}
-	Beyond(t, describe(append([]string{"etcd"}, binaries...), "a test control plane"))
-	if _, err := exec.LookPath("etcd"); err != nil {
-		if _, serr := os.Stat("/usr/bin/etcd"); serr != nil {
-			t.Fatalf("needs etcd (Debian: etcd-server): %v: %s", err, depsHint)
-		}
-	}
+	Beyond(t, describe(binaries, "a test control plane"))
 }
 
 // Installed needs what check finds missing (its error says what to

@@ -18,11 +18,12 @@ import (
 const BinDirEnv = "VMOP_KUBE_BIN_DIR"
 
 // KubeBinDir returns the directory holding the named control-plane binaries
-// (kube-apiserver when none are named): $VMOP_KUBE_BIN_DIR, or the cache of
-// hack/build-control-plane.sh, which builds them on the first run (minutes).
+// (etcd and kube-apiserver when none are named): $VMOP_KUBE_BIN_DIR, or the
+// cache of hack/build-control-plane.sh, which builds them on the first run
+// (minutes).
 func KubeBinDir(ctx context.Context, names ...string) (string, error) {
 	if len(names) == 0 {
-		names = []string{"kube-apiserver"}
+		names = []string{"etcd", "kube-apiserver"}
 	}
 	dir := os.Getenv(BinDirEnv)
 	if dir == "" {
@@ -46,7 +47,7 @@ func runBuildScript(ctx context.Context, names []string) (string, error) {
 	}
 	var args []string
 	for _, n := range names {
-		if n != "kube-apiserver" {
+		if n != "etcd" && n != "kube-apiserver" { // the script builds those two without "all"
 			args = append(args, "all")
 			break
 		}

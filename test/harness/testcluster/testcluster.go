@@ -38,11 +38,10 @@ import (
 
 // Options tune Start. The zero value works.
 type Options struct {
-	// BinDir holds kube-apiserver, and kube-controller-manager, kwok and
-	// kwok-stages/ when they are asked for; empty means KubeBinDir.
+	// BinDir holds etcd and kube-apiserver, and kube-controller-manager,
+	// kwok and kwok-stages/ when they are asked for; empty means
+	// KubeBinDir.
 	BinDir string
-	// Etcd is the etcd binary; empty means "etcd" in PATH, else /usr/bin/etcd.
-	Etcd string
 	// Dir receives data, certificates and logs; empty means a new temporary
 	// directory that Stop removes.
 	Dir string
@@ -126,7 +125,7 @@ func NewWithOptions(t testing.TB, opts Options) *Cluster {
 
 // binaries are the control-plane binaries that opts need.
 func (opts Options) binaries() []string {
-	bins := []string{"kube-apiserver"}
+	bins := []string{"etcd", "kube-apiserver"}
 	if opts.Controllers {
 		bins = append(bins, "kube-controller-manager")
 	}
@@ -160,13 +159,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
-	etcd := opts.Etcd
-	if etcd == "" {
-		if etcd, err = exec.LookPath("etcd"); err != nil {
-			etcd = "/usr/bin/etcd"
-		}
-	}
-	if err = c.startEtcd(ctx, etcd, opts.ReadyTimeout); err != nil {
+	if err = c.startEtcd(ctx, filepath.Join(c.BinDir, "etcd"), opts.ReadyTimeout); err != nil {
 		return c, err
 	}
 	if err = c.startAPIServer(ctx, opts); err != nil {
@@ -265,12 +258,6 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 		"--authorization-mode=RBAC",
 		// Runner pods need /dev/kvm.
 		"--allow-privileged=true",
-		// Streamed lists need an etcd that serves progress requests (3.4.31
-		// and later; Debian has 3.4.23). With WatchList on, the server also
-		// turns watches from resourceVersion 0 into streamed lists and fails
-		// them, so such clients (kwok) relist with a backoff that grows to
-		// over 30 s per change. Off, clients get plain lists and watches.
-		"--feature-gates=WatchList=false",
 	}
 	p, err := c.StartProcess("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), append(args, opts.APIServerArgs...)...)
 	if err != nil {

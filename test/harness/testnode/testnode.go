@@ -162,7 +162,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 
 // start is Start for a caller that holds the lock and has prepared the host.
 func start(ctx context.Context, opts Options) (n *Node, err error) {
-	binDir, err := testcluster.KubeBinDir(ctx, "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
+	binDir, err := testcluster.KubeBinDir(ctx, "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 	if err != nil {
 		return nil, err
 	}
