@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
@@ -75,7 +76,12 @@ func New(flags *genericclioptions.ConfigFlags) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	// Built-in objects as protobuf: a tenth of the JSON decoding's CPU.
+	// VirtualMachines, custom resources, have only JSON.
+	kubeCfg := rest.CopyConfig(cfg)
+	kubeCfg.ContentType = runtime.ContentTypeProtobuf
+	kubeCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	kube, err := kubernetes.NewForConfig(kubeCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +239,18 @@ func (c *Client) List(ctx context.Context, allNamespaces bool) ([]*VM, error) {
 	if allNamespaces {
 		ns = metav1.NamespaceAll
 	}
+	// Both at once: the API server takes seconds for each over thousands
+	// of VMs.
+	var stss *appsv1.StatefulSetList
+	var stsErr error
+	listed := make(chan struct{})
+	go func() {
+		defer close(listed)
+		stss, stsErr = c.Kube.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{LabelSelector: vmpod.LabelName + "=" + vmpod.NameRunner})
+	}()
 	byKey := map[string]*VM{}
 	objs, err := c.Dynamic.Resource(v1.GroupVersionResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	<-listed
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, c.Explain(err)
 	}
@@ -252,9 +268,8 @@ func (c *Client) List(ctx context.Context, allNamespaces bool) ([]*VM, error) {
 			byKey[o.GetNamespace()+"/"+o.GetName()] = &VM{Namespace: o.GetNamespace(), Name: o.GetName(), Mode: ModeOperator, Object: o, VM: decoded}
 		}
 	}
-	stss, err := c.Kube.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{LabelSelector: vmpod.LabelName + "=" + vmpod.NameRunner})
-	if err != nil {
-		return nil, c.Explain(err)
+	if stsErr != nil {
+		return nil, c.Explain(stsErr)
 	}
 	for i := range stss.Items {
 		s := &stss.Items[i]
