@@ -127,6 +127,10 @@ func (o *Options) Complete() error {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = o.QPS, o.Burst
+	// No gzip: the API server is near, and compressing its lists and
+	// watches cost both sides CPU (BenchmarkScale, 1,000 VMs: 8.2-8.6 ms
+	// per VM without it, 9.0-9.4 with it).
+	cfg.DisableCompression = true
 	cfg.UserAgent = "vm-operator/" + version.Get()
 	o.config = cfg
 	return nil
