@@ -76,7 +76,8 @@ func New(flags *genericclioptions.ConfigFlags) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	// Built-in objects as protobuf: a tenth of the JSON decoding's CPU.
+	// Built-in objects as protobuf, smaller than JSON (10,000 VMs'
+	// StatefulSets: 46 MB against 67) and decoded without reflection.
 	// VirtualMachines, custom resources, have only JSON.
 	kubeCfg := rest.CopyConfig(cfg)
 	kubeCfg.ContentType = runtime.ContentTypeProtobuf
