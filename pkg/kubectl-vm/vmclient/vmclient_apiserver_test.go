@@ -82,7 +82,7 @@ func TestClient(t *testing.T) {
 			_, err := c.Get(ctx, name)
 			require.EqualError(t, err, `virtual machine "`+name+`" not found in namespace "vms": no VirtualMachine and no StatefulSet rendered by kubectl vm`)
 		}
-		vms, err := c.List(ctx, false)
+		vms, err := c.List(ctx, vmclient.ListOptions{})
 		require.NoError(t, err)
 		for _, vm := range vms {
 			require.NotEqual(t, "plain", vm.Name)
@@ -97,11 +97,17 @@ func TestClient(t *testing.T) {
 			}
 			return out
 		}
-		vms, err := c.List(ctx, false)
+		vms, err := c.List(ctx, vmclient.ListOptions{})
 		require.NoError(t, err)
 		require.Equal(t, []string{"vms/desktop operator", "vms/gitops gitops", "vms/stopped operator"}, names(vms))
-		require.NotNil(t, vms[0].StatefulSet, "an operator-mode VM comes with its StatefulSet")
-		vms, err = c.List(ctx, true)
+		require.Nil(t, vms[0].StatefulSet, "an operator-mode VM is listed without its StatefulSet")
+		require.NotNil(t, vms[1].StatefulSet, "a GitOps-mode VM is its StatefulSet")
+		require.Nil(t, vms[0].Object, "unstructured only when asked for")
+		vms, err = c.List(ctx, vmclient.ListOptions{Objects: true})
+		require.NoError(t, err)
+		require.Equal(t, vmtest.Desktop, vms[0].Object.GetName())
+		require.Equal(t, vms[0].VM.UID, vms[0].Object.GetUID())
+		vms, err = c.List(ctx, vmclient.ListOptions{AllNamespaces: true})
 		require.NoError(t, err)
 		require.Equal(t, []string{"other/server gitops", "vms/desktop operator", "vms/gitops gitops", "vms/stopped operator"}, names(vms))
 	})
@@ -120,7 +126,7 @@ func TestClient(t *testing.T) {
 		flags.Impersonate = ptr.To("nobody")
 		c, err := vmclient.New(flags)
 		require.NoError(t, err)
-		_, err = c.List(ctx, false)
+		_, err = c.List(ctx, vmclient.ListOptions{})
 		require.EqualError(t, err, `vms.vmoperator.jdrupes.org is forbidden: User "nobody" cannot list resource "vms" in API group "vmoperator.jdrupes.org" in the namespace "vms"; ask a cluster administrator for that right`)
 	})
 

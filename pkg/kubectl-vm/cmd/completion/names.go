@@ -48,7 +48,7 @@ func VMName(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
 
 func vmNames(ctx context.Context, configFlags *genericclioptions.ConfigFlags, given []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	return FromCluster(ctx, configFlags, toComplete, func(ctx context.Context, c *vmclient.Client) ([]string, error) {
-		vms, err := c.List(ctx, false)
+		vms, err := c.List(ctx, vmclient.ListOptions{})
 		if err != nil {
 			return nil, err
 		}

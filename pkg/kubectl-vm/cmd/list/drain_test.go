@@ -3,19 +3,19 @@ package list
 import (
 	"bytes"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -104,35 +104,29 @@ func TestListNode(t *testing.T) {
 		if c.operator {
 			vm.Status.Node = c.node
 			vm.Status.Conditions = []metav1.Condition{{Type: v1.ConditionRunning, Status: metav1.ConditionTrue, Reason: v1.ReasonRunning}}
-			u, err := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(vm)
-			require.NoError(t, err)
-			obj := &unstructured.Unstructured{Object: u}
-			obj.SetAPIVersion(v1.APIVersion)
-			obj.SetKind(v1.Kind)
-			vms = append(vms, &vmclient.VM{Namespace: drainNamespace, Name: c.name, Mode: vmclient.ModeOperator, Object: obj, VM: vm})
+			vms = append(vms, &vmclient.VM{Namespace: drainNamespace, Name: c.name, Mode: vmclient.ModeOperator, VM: vm})
+		} else {
+			vms = append(vms, &vmclient.VM{Namespace: drainNamespace, Name: c.name, Mode: vmclient.ModeGitOps, StatefulSet: o[0].(*appsv1.StatefulSet)})
 		}
 	}
+	// In List's order.
+	slices.SortFunc(vms, func(a, b *vmclient.VM) int { return strings.Compare(a.Name, b.Name) })
 	kube := fake.NewClientset(objs...)
 	kube.PrependReactor("list", "pods", nodePods(kube))
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(),
-		map[schema.GroupVersionResource]string{v1.GroupVersionResource: v1.Kind + "List"})
-	for _, vm := range vms {
-		require.NoError(t, dyn.Tracker().Create(v1.GroupVersionResource, vm.Object, drainNamespace))
-	}
 	var out, errOut bytes.Buffer
 	o := &Options{
 		Node:      "node-1",
-		client:    &vmclient.Client{Kube: kube, Dynamic: dyn, Namespace: drainNamespace},
+		client:    &vmclient.Client{Kube: kube, Namespace: drainNamespace},
 		IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut},
 		now:       func() time.Time { return time.Unix(0, 0).Add(3 * time.Hour) },
 	}
-	require.NoError(t, o.Run(t.Context()))
+	require.NoError(t, o.show(t.Context(), vms))
 	require.Empty(t, errOut.String())
 	golden.Assert(t, filepath.Join("testdata", "list", "node.txt"), out.Bytes())
 
 	out.Reset()
 	o.Node = "node-3"
-	require.NoError(t, o.Run(t.Context()))
+	require.NoError(t, o.show(t.Context(), vms))
 	require.Empty(t, out.String())
 	require.Equal(t, "No VMs found on node node-3 in vms namespace.\n", errOut.String())
 }

@@ -131,11 +131,20 @@ func (o *Options) Validate() error {
 
 // Run lists the VMs.
 func (o *Options) Run(ctx context.Context) error {
-	vms, err := o.client.List(ctx, o.AllNamespaces)
+	vms, err := o.client.List(ctx, vmclient.ListOptions{
+		AllNamespaces: o.AllNamespaces,
+		Objects:       o.Output == manifest.FormatYAML || o.Output == manifest.FormatJSON,
+	})
 	if err != nil {
 		return err
 	}
+	return o.show(ctx, vms)
+}
+
+// show prints vms, as Run found them.
+func (o *Options) show(ctx context.Context, vms []*vmclient.VM) error {
 	var drains map[string]string
+	var err error
 	if o.Node != "" {
 		if vms, drains, err = o.onNode(ctx, vms); err != nil {
 			return err

@@ -161,8 +161,8 @@ func NewView(vm *vmclient.VM, pod *corev1.Pod, cm *corev1.ConfigMap) *View {
 // Created is when the VM was made: its VirtualMachine, or in GitOps mode
 // its StatefulSet.
 func (v *View) Created() metav1.Time {
-	if v.Object != nil {
-		return v.Object.GetCreationTimestamp()
+	if v.VM.VM != nil {
+		return v.VM.VM.CreationTimestamp
 	}
 	return v.StatefulSet.CreationTimestamp
 }
