@@ -121,10 +121,15 @@ func (f *fixture) newController() *Controller {
 	require.Len(f.t, c.factories, 2)
 	kf := c.factories[0].(informers.SharedInformerFactory)
 	df := c.factories[1].(dynamicinformer.DynamicSharedInformerFactory)
+	// Through the informers' transforms, as they fill their caches.
 	add := func(inf cache.SharedIndexInformer, obj runtime.Object) {
-		trimmed, err := trim(obj.DeepCopyObject())
+		transform := trim
+		if _, ok := obj.(*unstructured.Unstructured); ok {
+			transform = cacheVM
+		}
+		cached, err := transform(obj.DeepCopyObject())
 		require.NoError(f.t, err)
-		require.NoError(f.t, inf.GetIndexer().Add(trimmed))
+		require.NoError(f.t, inf.GetIndexer().Add(cached))
 	}
 	for _, vm := range f.vms {
 		add(df.ForResource(gvr).Informer(), vm)

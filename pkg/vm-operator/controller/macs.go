@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -36,14 +37,14 @@ func macConflict(vms cache.GenericLister, vm *v1.VirtualMachine) (string, bool) 
 		return "", false
 	}
 	for _, obj := range objs {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok || u.GetName() == vm.Name || !older(u, vm) {
+		other, ok := obj.(metav1.Object)
+		if !ok || other.GetName() == vm.Name || !older(other, vm) {
 			continue
 		}
-		for _, mac := range tapMACs(u) {
+		for _, mac := range tapMACs(obj) {
 			if i, dup := mine[mac]; dup {
 				return fmt.Sprintf("%s: spec.vm.networks[%d].tap.mac: %s is also a tap NIC's of VM %s, which is older: two guests with one MAC on a bridge take each other's traffic; give this one another MAC",
-					vm.Name, i, mac, u.GetName()), true
+					vm.Name, i, mac, other.GetName()), true
 			}
 		}
 	}
@@ -51,19 +52,32 @@ func macConflict(vms cache.GenericLister, vm *v1.VirtualMachine) (string, bool) 
 }
 
 // older orders VMs by creation, then name: the older keeps its MAC.
-func older(u *unstructured.Unstructured, vm *v1.VirtualMachine) bool {
-	a, b := u.GetCreationTimestamp(), vm.CreationTimestamp
+func older(other metav1.Object, vm *v1.VirtualMachine) bool {
+	a, b := other.GetCreationTimestamp(), vm.CreationTimestamp
 	if !a.Equal(&b) {
 		return a.Before(&b)
 	}
-	return u.GetName() < vm.Name
+	return other.GetName() < vm.Name
 }
 
-// tapMACs are the MACs of a cached VM's tap NICs, lower case, read
-// without decoding the whole VM.
-func tapMACs(u *unstructured.Unstructured) []string {
-	nets, _, _ := unstructured.NestedSlice(u.Object, "spec", "vm", "networks")
+// tapMACs are the MACs of a cached VM's tap NICs, lower case; of one that
+// did not decode (which still keeps its MACs from newer VMs), as far as
+// they can be read.
+func tapMACs(obj any) []string {
 	var macs []string
+	if vm, ok := obj.(*v1.VirtualMachine); ok {
+		for _, n := range vm.Spec.VM.Networks {
+			if n.Tap != nil && n.Tap.MAC != "" {
+				macs = append(macs, strings.ToLower(n.Tap.MAC))
+			}
+		}
+		return macs
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	nets, _, _ := unstructured.NestedSlice(u.Object, "spec", "vm", "networks")
 	for _, n := range nets {
 		m, ok := n.(map[string]any)
 		if !ok {

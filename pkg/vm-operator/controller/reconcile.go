@@ -38,22 +38,31 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 	if err != nil {
 		return 0, err
 	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
+	var vm *v1.VirtualMachine
+	switch o := obj.(type) {
+	case *v1.VirtualMachine:
+		vm = o
+	case *unstructured.Unstructured:
+		// Kept undecoded by cacheVM: invalid.
+		if o.GetDeletionTimestamp() != nil {
+			return 0, nil
+		}
+		_, err := decodeVM(o)
+		if err == nil {
+			return 0, fmt.Errorf("virtualmachine %s in the cache was not decoded", key)
+		}
+		return 0, c.writeStatus(ctx, o, invalidStatus(o, err))
+	default:
 		return 0, fmt.Errorf("unexpected object %T in the VM cache", obj)
 	}
-	if u.GetDeletionTimestamp() != nil {
+	if vm.DeletionTimestamp != nil {
 		return 0, nil
-	}
-	vm, err := decodeVM(u)
-	if err != nil {
-		return 0, c.writeStatus(ctx, u, invalidStatus(u, err))
 	}
 	if msg, conflict := macConflict(s.vms, vm); conflict {
 		// Nothing is applied, as for an invalid spec; checked again
 		// later, as the other VM may go.
-		st := failedStatus(u, v1.ReasonMACConflict, msg)
-		return macRecheck, c.writeStatus(ctx, u, st)
+		st := failedStatus(vm, v1.ReasonMACConflict, msg)
+		return macRecheck, c.writeStatus(ctx, vm, st)
 	}
 
 	opts := render.Options{ImageRegistry: c.cfg.ImageRegistry}
@@ -61,7 +70,7 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 		// Nothing is written for an invalid VM, not even its runner's
 		// account or display Secret: a half-valid spec must not reach the
 		// pod.
-		return 0, c.writeStatus(ctx, u, invalidStatus(u, err))
+		return 0, c.writeStatus(ctx, vm, invalidStatus(vm, err))
 	}
 
 	// A failed write does not end the reconcile: the VM's status must
@@ -87,7 +96,7 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 	if applyErr == nil {
 		applyErr = c.deleteStale(ctx, vm, objs, &w)
 	}
-	w.record(c, u)
+	w.record(c, vm)
 	st, requeue, err := c.observe(ctx, vm, objs)
 	if err != nil {
 		return 0, errors.Join(applyErr, err)
@@ -97,14 +106,14 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 		// recovers soon after whatever refused the write lets it by.
 		msg := applyFailedMessage(applyErr)
 		st.setFailed(vmstatus.Condition(v1.ConditionFailed, true, v1.ReasonApplyFailed, msg))
-		if err := c.writeStatus(ctx, u, st); err != nil {
+		if err := c.writeStatus(ctx, vm, st); err != nil {
 			// The status cannot tell of it: an event must.
-			c.events.Eventf(u, nil, corev1.EventTypeWarning, v1.ReasonApplyFailed, "Apply", "%s", msg)
+			c.events.Eventf(vm, nil, corev1.EventTypeWarning, v1.ReasonApplyFailed, "Apply", "%s", msg)
 			return 0, errors.Join(applyErr, err)
 		}
 		return 0, applyErr
 	}
-	return requeue, c.writeStatus(ctx, u, st)
+	return requeue, c.writeStatus(ctx, vm, st)
 }
 
 // decodeVM converts the cached object strictly, as the plugin decodes a

@@ -135,12 +135,12 @@ func withStalled(cs []metav1.Condition) []metav1.Condition {
 }
 
 // invalidStatus is the status of a VM whose spec cannot be rendered.
-func invalidStatus(u *unstructured.Unstructured, err error) opStatus {
+func invalidStatus(u metav1.Object, err error) opStatus {
 	return failedStatus(u, v1.ReasonInvalidSpec, err.Error())
 }
 
 // failedStatus is the status of a VM the operator applies nothing of.
-func failedStatus(u *unstructured.Unstructured, reason, msg string) opStatus {
+func failedStatus(u metav1.Object, reason, msg string) opStatus {
 	f := vmstatus.Condition(v1.ConditionFailed, true, reason, msg)
 	f.ObservedGeneration = u.GetGeneration()
 	return opStatus{ObservedGeneration: u.GetGeneration(), Conditions: []metav1.Condition{f}}
@@ -149,7 +149,7 @@ func failedStatus(u *unstructured.Unstructured, reason, msg string) opStatus {
 // writeStatus applies st as the operator's part of the status unless the
 // VM already has it; a condition keeps its lastTransitionTime unless its
 // status flips.
-func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructured, st opStatus) error {
+func (c *Controller) writeStatus(ctx context.Context, u vmObject, st opStatus) error {
 	current, err := currentStatus(u)
 	if err != nil {
 		return err
@@ -202,18 +202,31 @@ func statusKey(namespace, name string) writeKey {
 	return writeKey{kind: "status", namespace: namespace, name: name}
 }
 
+// vmObject is a VirtualMachine as the cache holds it: a
+// *v1.VirtualMachine, or unstructured if it does not decode.
+type vmObject interface {
+	metav1.Object
+	runtime.Object
+}
+
 // currentStatus is the operator's part of the VM's status.
-func currentStatus(u *unstructured.Unstructured) (opStatus, error) {
-	var st opStatus
-	raw, ok := u.Object["status"].(map[string]any)
-	if !ok {
-		return st, nil
-	}
+func currentStatus(obj vmObject) (opStatus, error) {
 	var full v1.VirtualMachineStatus
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &full); err != nil {
-		return st, fmt.Errorf("status of %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	switch o := obj.(type) {
+	case *v1.VirtualMachine:
+		full = o.Status
+	case *unstructured.Unstructured:
+		raw, ok := o.Object["status"].(map[string]any)
+		if !ok {
+			return opStatus{}, nil
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &full); err != nil {
+			return opStatus{}, fmt.Errorf("status of %s/%s: %w", o.GetNamespace(), o.GetName(), err)
+		}
+	default:
+		return opStatus{}, fmt.Errorf("unexpected object %T in the VM cache", obj)
 	}
-	st.ObservedGeneration, st.Node = full.ObservedGeneration, full.Node
+	st := opStatus{ObservedGeneration: full.ObservedGeneration, Node: full.Node}
 	for _, cd := range full.Conditions {
 		if slices.Contains([]string{v1.ConditionRunning, v1.ConditionReady, v1.ConditionRestartRequired, v1.ConditionFailed, v1.ConditionSpecWarnings, v1.ConditionStalled}, cd.Type) {
 			st.Conditions = append(st.Conditions, cd)

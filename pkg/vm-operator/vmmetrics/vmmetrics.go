@@ -24,34 +24,37 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 )
 
 // Lister returns the VirtualMachines to report, each at most once (a VM
-// listed twice would make the whole scrape fail with duplicate series).
-// The operator passes its informer cache's list; the objects are only
-// read.
-type Lister func() ([]*unstructured.Unstructured, error)
+// listed twice would make the whole scrape fail with duplicate series):
+// each a *v1.VirtualMachine, or unstructured (as the operator's cache
+// keeps a VM that does not decode). The operator passes its informer
+// cache's list; the objects are only read.
+type Lister func() ([]runtime.Object, error)
 
 // FromListers is the Lister of the operator's informer caches: the VMs
 // of every lister (one per watched namespace, which must not overlap).
-// An object that is not unstructured is an error, not a panic.
+// An object of another type is an error, not a panic.
 func FromListers(listers ...cache.GenericLister) Lister {
-	return func() ([]*unstructured.Unstructured, error) {
-		var vms []*unstructured.Unstructured
+	return func() ([]runtime.Object, error) {
+		var vms []runtime.Object
 		for _, l := range listers {
 			objs, err := l.List(labels.Everything())
 			if err != nil {
 				return nil, err
 			}
 			for _, o := range objs {
-				u, ok := o.(*unstructured.Unstructured)
-				if !ok {
-					return nil, fmt.Errorf("virtualmachine cache holds a %T, not unstructured", o)
+				switch o.(type) {
+				case *v1.VirtualMachine, *unstructured.Unstructured:
+					vms = append(vms, o)
+				default:
+					return nil, fmt.Errorf("virtualmachine cache holds a %T, not a VirtualMachine", o)
 				}
-				vms = append(vms, u)
 			}
 		}
 		return vms, nil
@@ -191,9 +194,23 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // collectVM sends one VM's series. It returns false when the VM's status
 // could not be read (then it shows as not reported) or its RAM could not
 // (then vmop_vm_ram_bytes is left out).
-func collectVM(ch chan<- prometheus.Metric, vm *unstructured.Unstructured) bool {
-	ns, name := vm.GetNamespace(), vm.GetName()
-	st, ok := status(vm)
+func collectVM(ch chan<- prometheus.Metric, obj runtime.Object) bool {
+	var (
+		ns, name string
+		st       v1.VirtualMachineStatus
+		ok       = true
+		desired  string
+	)
+	switch vm := obj.(type) {
+	case *v1.VirtualMachine:
+		ns, name, st, desired = vm.Namespace, vm.Name, vm.Status, string(vm.Spec.VM.State)
+	case *unstructured.Unstructured:
+		ns, name = vm.GetNamespace(), vm.GetName()
+		st, ok = status(vm)
+		desired, _, _ = unstructured.NestedString(vm.Object, "spec", "vm", "state")
+	default:
+		return false
+	}
 
 	state := unknown
 	if running := apimeta.FindStatusCondition(st.Conditions, v1.ConditionRunning); running != nil {
@@ -204,7 +221,6 @@ func collectVM(ch chan<- prometheus.Metric, vm *unstructured.Unstructured) bool 
 	}
 
 	// As the operator reads it: anything but Running means stopped.
-	desired, _, _ := unstructured.NestedString(vm.Object, "spec", "vm", "state")
 	want := v1.StateStopped
 	if v1.VMState(desired) == v1.StateRunning {
 		want = v1.StateRunning
@@ -245,7 +261,8 @@ func collectVM(ch chan<- prometheus.Metric, vm *unstructured.Unstructured) bool 
 	return ok
 }
 
-// status reads the parts of the VM's status that the metrics show:
+// status reads the parts of a VM's status that the metrics show, of one
+// the operator's cache keeps unstructured:
 // conditions, cpus and ram. A VM without a status has the zero status; an
 // unreadable status (a field of another type) also reads as the zero
 // status, and false.

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
@@ -129,8 +130,22 @@ func exposition(samples string) string {
 	return b.String()
 }
 
-func static(vms ...*unstructured.Unstructured) Lister {
-	return func() ([]*unstructured.Unstructured, error) { return vms, nil }
+func static[T runtime.Object](vms ...T) Lister {
+	objs := make([]runtime.Object, len(vms))
+	for i, vm := range vms {
+		objs[i] = vm
+	}
+	return func() ([]runtime.Object, error) { return objs, nil }
+}
+
+// typed decodes a VM as the operator's cache keeps it.
+func typed(t testing.TB, manifest string) *v1.VirtualMachine {
+	t.Helper()
+	j, err := yaml.YAMLToJSON([]byte(manifest))
+	require.NoError(t, err)
+	vm, err := v1.DecodeJSON(j)
+	require.NoError(t, err)
+	return vm
 }
 
 // allSamples are the series of webVM, brokenVM and freshVM.
@@ -183,8 +198,12 @@ vmop_vm_ram_bytes{name="web",namespace="prod"} 4294967296
 vmop_vm_metrics_errors 0
 `
 
+// The same series from VMs as the operator's cache holds them, decoded,
+// and from unstructured ones (which it keeps of VMs that do not decode).
 func TestCollect(t *testing.T) {
-	c := New(static(vm(t, webVM), vm(t, brokenVM), vm(t, freshVM)))
+	c := New(static(typed(t, webVM), typed(t, brokenVM), typed(t, freshVM)))
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(exposition(allSamples))))
+	c = New(static(vm(t, webVM), vm(t, brokenVM), vm(t, freshVM)))
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(exposition(allSamples))))
 }
 
@@ -271,7 +290,7 @@ func seriesOf(t *testing.T, u *unstructured.Unstructured) int {
 }
 
 func TestListError(t *testing.T) {
-	c := New(func() ([]*unstructured.Unstructured, error) { return nil, errors.New("cache not synced") })
+	c := New(func() ([]runtime.Object, error) { return nil, errors.New("cache not synced") })
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(exposition(`vmop_vm_metrics_errors 1`))))
 }
 
