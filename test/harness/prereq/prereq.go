@@ -63,15 +63,12 @@ func Files(t testing.TB, pkg string, paths ...string) {
 	}
 }
 
-// ControlPlane needs etcd and kube-apiserver (and the other named
-// control-plane binaries) from $VMOP_KUBE_BIN_DIR or the cache of
+// ControlPlane needs the named control-plane binaries (etcd,
+// kube-apiserver, ...) from $VMOP_KUBE_BIN_DIR or the cache of
 // hack/build-control-plane.sh, which test/harness/testcluster fills on
 // first use (minutes).
 func ControlPlane(t testing.TB, binaries ...string) {
 	t.Helper()
-	if len(binaries) == 0 {
-		binaries = []string{"etcd", "kube-apiserver"}
-	}
 	Beyond(t, describe(binaries, "a test control plane"))
 }
 
