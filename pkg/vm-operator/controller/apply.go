@@ -32,14 +32,11 @@ func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, ob
 		kind := obj.GetObjectKind().GroupVersionKind().Kind
 		key := writeKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName()}
 		hash := m.GetAnnotations()[render.AnnotationHash]
-		cached, err := c.cached(kind, m.GetNamespace(), m.GetName())
+		cached, done, err := c.applied(vm, key, hash)
 		if err != nil {
 			return projected, err
 		}
-		if cached != nil && cached.GetAnnotations()[render.AnnotationHash] == hash && ownedBy(cached, vm.UID) {
-			continue
-		}
-		if c.written.covers(key, hash, cached) {
+		if done {
 			continue
 		}
 		m.SetOwnerReferences([]metav1.OwnerReference{owner})
@@ -65,6 +62,30 @@ func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, ob
 		}
 	}
 	return projected, nil
+}
+
+// applied tells whether the object of key is in the cluster as rendered
+// (its hash) and owned by vm, or the operator wrote it so and the cache
+// does not show it yet. It also returns the cached object, nil if none.
+func (c *Controller) applied(vm *v1.VirtualMachine, key writeKey, hash string) (metav1.Object, bool, error) {
+	cached, err := c.cached(key.kind, key.namespace, key.name)
+	if err != nil {
+		return nil, false, err
+	}
+	if cached != nil && cached.GetAnnotations()[render.AnnotationHash] == hash && ownedBy(cached, vm.UID) {
+		return cached, true, nil
+	}
+	return cached, c.written.covers(key, hash, cached), nil
+}
+
+// inPlace tells whether every object of vm's render out is applied.
+func (c *Controller) inPlace(vm *v1.VirtualMachine, out *rendered) bool {
+	for _, o := range out.objects {
+		if _, done, err := c.applied(vm, writeKey{kind: o.kind, namespace: vm.Namespace, name: o.name}, o.hash); err != nil || !done {
+			return false
+		}
+	}
+	return true
 }
 
 // cached returns the informer's copy of a rendered object, nil if none.
@@ -131,7 +152,7 @@ func (c *Controller) patch(ctx context.Context, obj runtime.Object, body []byte)
 
 // deleteStale removes the optional objects (cloud-init Secret, Service,
 // PodDisruptionBudget) that the VM had but no longer renders. Only objects it owns are touched.
-func (c *Controller) deleteStale(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects, w *writes) error {
+func (c *Controller) deleteStale(ctx context.Context, vm *v1.VirtualMachine, out *rendered, w *writes) error {
 	ns := vm.Namespace
 	type stale struct {
 		kind, name string
@@ -139,9 +160,9 @@ func (c *Controller) deleteStale(ctx context.Context, vm *v1.VirtualMachine, obj
 		del        func(context.Context, string, metav1.DeleteOptions) error
 	}
 	for _, s := range []stale{
-		{"Secret", render.CloudInitSecretName(vm.Name), objs.Secret != nil, c.kube.CoreV1().Secrets(ns).Delete},
-		{"Service", vm.Name, objs.Service != nil, c.kube.CoreV1().Services(ns).Delete},
-		{"PodDisruptionBudget", vm.Name, objs.DisruptionBudget != nil, c.kube.PolicyV1().PodDisruptionBudgets(ns).Delete},
+		{"Secret", render.CloudInitSecretName(vm.Name), out.secret, c.kube.CoreV1().Secrets(ns).Delete},
+		{"Service", vm.Name, out.service, c.kube.CoreV1().Services(ns).Delete},
+		{"PodDisruptionBudget", vm.Name, out.budget, c.kube.PolicyV1().PodDisruptionBudgets(ns).Delete},
 	} {
 		if s.wanted {
 			continue

@@ -93,6 +93,8 @@ type Controller struct {
 	written *writeCache
 	// reported remembers statuses written but not yet cached.
 	reported *reportedStatuses
+	// renders remembers what each VM rendered to.
+	renders *renderCache
 	// access remembers the namespaces whose runner account is in place.
 	access sync.Map
 
@@ -136,6 +138,7 @@ func New(kube kubernetes.Interface, dyn dynamic.Interface, cfg Config) *Controll
 		),
 		written:  newWriteCache(),
 		reported: newReportedStatuses(),
+		renders:  newRenderCache(),
 		// Aggregated and rate-limited: a problem repeated for a VM
 		// becomes one event series, not a write per reconcile.
 		broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()}),

@@ -118,41 +118,45 @@ func (f *fixture) newController() *Controller {
 	f.events = events.NewFakeRecorder(20)
 	c.events = f.events
 
+	for _, vm := range f.vms {
+		f.store(c, vm)
+	}
+	f.store(c, f.cached...)
+	return c
+}
+
+// store puts objects into c's informer caches, through the informers'
+// transforms as they fill them.
+func (f *fixture) store(c *Controller, objs ...runtime.Object) {
+	f.t.Helper()
 	require.Len(f.t, c.factories, 2)
 	kf := c.factories[0].(informers.SharedInformerFactory)
 	df := c.factories[1].(dynamicinformer.DynamicSharedInformerFactory)
-	// Through the informers' transforms, as they fill their caches.
-	add := func(inf cache.SharedIndexInformer, obj runtime.Object) {
-		transform := trim
-		if _, ok := obj.(*unstructured.Unstructured); ok {
-			transform = cacheVM
-		}
+	add := func(inf cache.SharedIndexInformer, obj runtime.Object, transform cache.TransformFunc) {
 		cached, err := transform(obj.DeepCopyObject())
 		require.NoError(f.t, err)
-		require.NoError(f.t, inf.GetIndexer().Add(cached))
+		require.NoError(f.t, inf.GetIndexer().Update(cached))
 	}
-	for _, vm := range f.vms {
-		add(df.ForResource(gvr).Informer(), vm)
-	}
-	for _, obj := range f.cached {
+	for _, obj := range objs {
 		switch obj.(type) {
+		case *unstructured.Unstructured:
+			add(df.ForResource(v1.GroupVersionResource).Informer(), obj, cacheVM)
 		case *appsv1.StatefulSet:
-			add(kf.Apps().V1().StatefulSets().Informer(), obj)
+			add(kf.Apps().V1().StatefulSets().Informer(), obj, trim)
 		case *corev1.ConfigMap:
-			add(kf.Core().V1().ConfigMaps().Informer(), obj)
+			add(kf.Core().V1().ConfigMaps().Informer(), obj, trim)
 		case *corev1.Secret:
-			add(kf.Core().V1().Secrets().Informer(), obj)
+			add(kf.Core().V1().Secrets().Informer(), obj, trim)
 		case *corev1.Service:
-			add(kf.Core().V1().Services().Informer(), obj)
+			add(kf.Core().V1().Services().Informer(), obj, trim)
 		case *policyv1.PodDisruptionBudget:
-			add(kf.Policy().V1().PodDisruptionBudgets().Informer(), obj)
+			add(kf.Policy().V1().PodDisruptionBudgets().Informer(), obj, trim)
 		case *corev1.Pod:
-			add(kf.Core().V1().Pods().Informer(), obj)
+			add(kf.Core().V1().Pods().Informer(), obj, trim)
 		default:
 			f.t.Fatalf("no informer for %T", obj)
 		}
 	}
-	return c
 }
 
 // applyStatus serves an apply of a VM's status: the fields of status in
@@ -408,6 +412,48 @@ func TestReconcileResyncWritesNothing(t *testing.T) {
 	// FailedCreate events.
 	require.Equal(t, []string{"list events"}, g.actions())
 	require.Empty(t, g.recorded())
+}
+
+// TestReconcileRendersAgainOnChange: what the operator remembers of a
+// VM's last render (to spare a resync the render) never hides a change:
+// an object changed in the cluster, or a new annotation, which changes
+// the render but not the VM's generation, is written again.
+func TestReconcileRendersAgainOnChange(t *testing.T) {
+	f := newFixture(t)
+	vm := newVM("vm", map[string]any{"state": "Stopped"})
+	objs := f.rendered(vm)
+	f.addCached(objs.StatefulSet, objs.ConfigMap)
+	f.addVM(vm)
+	c := f.newController()
+	_, err := f.run(c, "vm")
+	require.NoError(t, err)
+	require.Equal(t, []string{"patch vms/status vm"}, f.actions(), "the objects were in place")
+
+	f.kube.ClearActions()
+	f.dyn.ClearActions()
+	changed := objs.StatefulSet.DeepCopy()
+	changed.Annotations[render.AnnotationHash] = "changed-by-someone"
+	f.store(c, changed)
+	_, err = f.run(c, "vm")
+	require.NoError(t, err)
+	require.Equal(t, []string{"patch statefulsets vm"}, f.actions())
+
+	// Once the cache shows the write, all is in place again.
+	written, err := f.kube.AppsV1().StatefulSets("ns").Get(t.Context(), "vm", metav1.GetOptions{})
+	require.NoError(t, err)
+	f.store(c, written)
+	f.kube.ClearActions()
+	f.dyn.ClearActions()
+	_, err = f.run(c, "vm")
+	require.NoError(t, err)
+	require.Empty(t, f.actions())
+
+	waits := vm.DeepCopy()
+	waits.SetAnnotations(map[string]string{v1.AnnotationDrain: v1.DrainWait})
+	f.store(c, waits)
+	_, err = f.run(c, "vm")
+	require.NoError(t, err)
+	require.Contains(t, f.actions(), "patch poddisruptionbudgets vm")
 }
 
 func TestReconcileStoppedVMScalesToZero(t *testing.T) {

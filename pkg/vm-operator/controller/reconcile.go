@@ -33,6 +33,7 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 		// The garbage collector removes what it owned.
 		c.written.forgetVM(key.Namespace, key.Name, render.CloudInitSecretName(key.Name), render.DisplaySecretName(key.Name))
 		c.reported.forget(statusKey(key.Namespace, key.Name))
+		c.renders.forget(key)
 		return 0, nil
 	}
 	if err != nil {
@@ -78,26 +79,36 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 	var w writes
 	opts.ServiceAccount, err = c.ensureRunnerAccess(ctx, vm.Namespace)
 	applyErr := err
-	var generated string
+	// The resourceVersion of what the pod's config volume projects, if
+	// written now.
+	var projected string
 	if applyErr == nil {
-		opts.DisplaySecret, generated, applyErr = c.ensureDisplaySecret(ctx, vm, &w)
+		opts.DisplaySecret, projected, applyErr = c.ensureDisplaySecret(ctx, vm, &w)
 	}
-	objs, err := render.Render(vm, opts) // valid: checked above
-	if err != nil {
-		return 0, err
+	out := c.renders.get(vm, opts)
+	if applyErr != nil || out == nil || !c.inPlace(vm, out) {
+		objs, err := render.Render(vm, opts) // valid: checked above
+		if err != nil {
+			return 0, err
+		}
+		out = summarize(objs)
+		if applyErr == nil {
+			var written string
+			written, applyErr = c.applyObjects(ctx, vm, objs, &w)
+			if applyErr == nil {
+				c.renders.put(vm, opts, out)
+			}
+			projected = cmp.Or(written, projected)
+		}
 	}
+	// What the pod's config volume projects has changed: tell the
+	// kubelet, also when a later write failed.
+	c.syncPod(ctx, vm, projected)
 	if applyErr == nil {
-		var written string
-		written, applyErr = c.applyObjects(ctx, vm, objs, &w)
-		// What the pod's config volume projects has changed: tell the
-		// kubelet, also when a later write failed.
-		c.syncPod(ctx, vm, cmp.Or(written, generated))
-	}
-	if applyErr == nil {
-		applyErr = c.deleteStale(ctx, vm, objs, &w)
+		applyErr = c.deleteStale(ctx, vm, out, &w)
 	}
 	w.record(c, vm)
-	st, requeue, err := c.observe(ctx, vm, objs)
+	st, requeue, err := c.observe(ctx, vm, out)
 	if err != nil {
 		return 0, errors.Join(applyErr, err)
 	}
@@ -187,12 +198,15 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 	if len(list) > 0 {
 		return list[0].Name, "", nil
 	}
+	if vm.Spec.VM.State != v1.StateRunning {
+		return "", "", nil
+	}
 	// As rendered: a VM without a display section has the default SPICE
 	// display, which must not be left open.
 	defaulted := vm.DeepCopy()
 	defaulted.Default()
 	d := defaulted.Spec.VM.Display
-	if vm.Spec.VM.State != v1.StateRunning || d == nil || d.Spice == nil || (d.Spice.GenerateSecret != nil && !*d.Spice.GenerateSecret) {
+	if d == nil || d.Spice == nil || (d.Spice.GenerateSecret != nil && !*d.Spice.GenerateSecret) {
 		return "", "", nil
 	}
 	key := writeKey{kind: "Secret", namespace: vm.Namespace, name: name}

@@ -37,7 +37,7 @@ type opStatus struct {
 }
 
 // observe derives the status from the StatefulSet and pod in the caches.
-func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *render.Objects) (opStatus, time.Duration, error) {
+func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, out *rendered) (opStatus, time.Duration, error) {
 	s := c.scopeOf(vm.Namespace)
 	sts, err := s.statefulSets.StatefulSets(vm.Namespace).Get(vm.Name)
 	if apierrors.IsNotFound(err) {
@@ -58,7 +58,7 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 	if pod != nil {
 		st.Node = pod.Spec.NodeName
 	}
-	conds := vmstatus.FromPod(pod, want, objs.StatefulSet.Spec.Template.Annotations[render.AnnotationRestartHash])
+	conds := vmstatus.FromPod(pod, want, out.restartHash)
 	// Read only while the scheduler waits for claims: not cached.
 	claims, err := vmstatus.Claims(ctx, c.kube, pod)
 	if err != nil {
@@ -79,7 +79,7 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, objs *r
 			}
 		}
 	}
-	st.Conditions = append(conds.List(), warningsCondition(objs.Warnings))
+	st.Conditions = append(conds.List(), warningsCondition(out.warnings))
 	for i := range st.Conditions {
 		st.Conditions[i].ObservedGeneration = vm.Generation
 	}
