@@ -135,32 +135,32 @@ func withStalled(cs []metav1.Condition) []metav1.Condition {
 }
 
 // invalidStatus is the status of a VM whose spec cannot be rendered.
-func invalidStatus(u metav1.Object, err error) opStatus {
-	return failedStatus(u, v1.ReasonInvalidSpec, err.Error())
+func invalidStatus(vm metav1.Object, err error) opStatus {
+	return failedStatus(vm, v1.ReasonInvalidSpec, err.Error())
 }
 
 // failedStatus is the status of a VM the operator applies nothing of.
-func failedStatus(u metav1.Object, reason, msg string) opStatus {
+func failedStatus(vm metav1.Object, reason, msg string) opStatus {
 	f := vmstatus.Condition(v1.ConditionFailed, true, reason, msg)
-	f.ObservedGeneration = u.GetGeneration()
-	return opStatus{ObservedGeneration: u.GetGeneration(), Conditions: []metav1.Condition{f}}
+	f.ObservedGeneration = vm.GetGeneration()
+	return opStatus{ObservedGeneration: vm.GetGeneration(), Conditions: []metav1.Condition{f}}
 }
 
 // writeStatus applies st as the operator's part of the status unless the
 // VM already has it; a condition keeps its lastTransitionTime unless its
 // status flips.
-func (c *Controller) writeStatus(ctx context.Context, u vmObject, st opStatus) error {
-	current, err := currentStatus(u)
+func (c *Controller) writeStatus(ctx context.Context, vm vmObject, st opStatus) error {
+	current, err := currentStatus(vm)
 	if err != nil {
 		return err
 	}
 	st.Conditions = withStalled(st.Conditions)
-	key := statusKey(u.GetNamespace(), u.GetName())
+	key := statusKey(vm.GetNamespace(), vm.GetName())
 	hash, err := statusHash(st)
 	if err != nil {
 		return err
 	}
-	if same(current, st) || c.written.covers(key, hash, u) {
+	if same(current, st) || c.written.covers(key, hash, vm) {
 		return nil
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -178,22 +178,22 @@ func (c *Controller) writeStatus(ctx context.Context, u vmObject, st opStatus) e
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": v1.APIVersion,
 		"kind":       v1.Kind,
-		"metadata":   map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
+		"metadata":   map[string]any{"name": vm.GetName(), "namespace": vm.GetNamespace()},
 		"status":     status,
 	})
 	if err != nil {
 		return err
 	}
-	res, err := c.vms.Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, body,
+	res, err := c.vms.Namespace(vm.GetNamespace()).Patch(ctx, vm.GetName(), types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true), FieldValidation: fieldValidation}, "status")
 	if err != nil {
-		err = fmt.Errorf("status of %s/%s: %w", u.GetNamespace(), u.GetName(), err)
-		c.events.Eventf(u, nil, corev1.EventTypeWarning, EventStatusFailed, "WriteStatus", "%v", err)
+		err = fmt.Errorf("status of %s/%s: %w", vm.GetNamespace(), vm.GetName(), err)
+		c.events.Eventf(vm, nil, corev1.EventTypeWarning, EventStatusFailed, "WriteStatus", "%v", err)
 		return err
 	}
 	c.metrics.write("status")
 	c.written.remember(key, hash, res)
-	c.recordTransitions(u, c.reported.since(key, u, current), st)
+	c.recordTransitions(vm, c.reported.since(key, vm, current), st)
 	c.reported.remember(key, res, st)
 	return nil
 }
