@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/vmop/vmop/test/harness/eventually"
+	"github.com/vmop/vmop/test/harness/procmem"
 	"github.com/vmop/vmop/test/harness/testguest"
 )
 
@@ -98,7 +98,10 @@ func BenchmarkStart(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64((cpuTime(b, agentPID)-agentCPU).Milliseconds())/float64(b.N*startVMs), "ms-agent-cpu/vm")
-	agentRSS, _ := rssOf(b, agentPID, -1)
+	agentRSS, err := procmem.RSS(agentPID)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportMetric(float64(agentRSS>>20), "MiB-agent-rss")
 	for name, d := range parts {
 		b.ReportMetric(float64(median(d).Milliseconds()), "ms-"+name)
@@ -244,9 +247,12 @@ func podMemory(b testing.TB, ns, vm string) (overhead, guest int64) {
 	}
 	ramBytes := int64(512 << 20) // guestVM's maximumRam
 	for _, pid := range append(descendants(tree, runner), pause) {
-		rss, guestRSS := rssOf(b, pid, ramBytes)
-		overhead += rss - guestRSS
-		guest += guestRSS
+		q, err := procmem.ReadQemu(pid, ramBytes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		overhead += q.Beyond(true)
+		guest += q.Guest
 	}
 	return overhead, guest
 }
@@ -290,36 +296,4 @@ func descendants(tree map[int]int, pid int) []int {
 		out = append(out, children(tree, out[i])...)
 	}
 	return out
-}
-
-// rssOf returns a process's resident memory and that of its mapping of
-// the guest's RAM (an anonymous mapping of ramBytes), from smaps.
-func rssOf(b testing.TB, pid int, ramBytes int64) (rss, guest int64) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	var size int64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		kb, err := strconv.ParseInt(fields[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch fields[0] {
-		case "Size:":
-			size = kb << 10
-		case "Rss:":
-			rss += kb << 10
-			if size == ramBytes {
-				guest += kb << 10
-			}
-		}
-	}
-	return rss, guest
 }
