@@ -44,15 +44,22 @@ var Firmwares = []string{"bios", "uefi", "uefi-4m", "secure", "secure-4m"}
 // file and, for invalid values, every field at fault. A file larger than
 // manifest.MaxDocumentSize is refused after reading that much.
 func Load(path string) (*Config, error) {
+	c, _, err := LoadFile(path)
+	return c, err
+}
+
+// LoadFile is Load that also returns the file's bytes, for a caller that
+// compares later versions of the file with what it loaded.
+func LoadFile(path string) (*Config, []byte, error) {
 	data, err := ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c, err := Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return c, nil
+	return c, data, nil
 }
 
 // ReadFile reads a config file of at most manifest.MaxDocumentSize bytes.

@@ -135,12 +135,13 @@ func New(opts Options) (*Runner, error) {
 	if opts.Swtpm == "" {
 		opts.Swtpm = "swtpm"
 	}
-	c, err := runnerconfig.Load(opts.ConfigFile)
+	c, file, err := runnerconfig.LoadFile(opts.ConfigFile)
 	if err != nil {
 		return nil, &ExitError{Code: runnerconfig.ExitConfig, Err: err}
 	}
 	r := &Runner{
 		opts:        opts,
+		apiConfig:   apiConfig{file: string(file)},
 		log:         opts.Logger.With("vm", c.VM.Name),
 		configDir:   filepath.Dir(opts.ConfigFile),
 		config:      c,
@@ -169,8 +170,6 @@ func (r *Runner) UseReporter(rep Reporter) { r.opts.Reporter = rep }
 // updates stop, the file's changes still apply. Call it before Run.
 func (r *Runner) FollowConfig(updates <-chan []byte) {
 	r.configUpdates = updates
-	file, _ := runnerconfig.ReadFile(r.opts.ConfigFile) // what New read
-	r.apiConfig.file = string(file)
 }
 
 // Run starts the VM and keeps it in line with its config until ctx ends
