@@ -28,10 +28,9 @@ func (c *Controller) applyObjects(ctx context.Context, vm *v1.VirtualMachine, ob
 	owner := ownerReference(vm)
 	var projected string
 	for _, obj := range objs.List() {
-		m := obj.(metav1.Object)
-		kind := obj.GetObjectKind().GroupVersionKind().Kind
-		key := writeKey{kind: kind, namespace: m.GetNamespace(), name: m.GetName()}
-		hash := m.GetAnnotations()[render.AnnotationHash]
+		m, o := describe(obj)
+		kind, hash := o.kind, o.hash
+		key := writeKey{kind: kind, namespace: m.GetNamespace(), name: o.name}
 		cached, done, err := c.applied(vm, key, hash)
 		if err != nil {
 			return projected, err

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -33,14 +34,21 @@ func summarize(objs *render.Objects) *rendered {
 		budget:      objs.DisruptionBudget != nil,
 	}
 	for _, obj := range objs.List() {
-		m := obj.(metav1.Object) // render's objects all are
-		r.objects = append(r.objects, renderedObject{
-			kind: obj.GetObjectKind().GroupVersionKind().Kind,
-			name: m.GetName(),
-			hash: m.GetAnnotations()[render.AnnotationHash],
-		})
+		_, o := describe(obj)
+		r.objects = append(r.objects, o)
 	}
 	return r
+}
+
+// describe returns a rendered object's metadata, and its kind, name and
+// hash.
+func describe(obj runtime.Object) (metav1.Object, renderedObject) {
+	m := obj.(metav1.Object) // render's objects all are
+	return m, renderedObject{
+		kind: obj.GetObjectKind().GroupVersionKind().Kind,
+		name: m.GetName(),
+		hash: m.GetAnnotations()[render.AnnotationHash],
+	}
 }
 
 // renderCache remembers each VM's last render that was written in full,
