@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -124,6 +125,26 @@ func runnerFailed(t *corev1.ContainerStateTerminated, restarts int32) metav1.Con
 	}
 	return Condition(v1.ConditionFailed, true, v1.ReasonCrashLoop, msg+".")
 }
+
+// Phase is what a VM does, in a word, with why: the reason of its Failed
+// condition when True (as kubectl get pods shows CrashLoopBackOff), else
+// Paused while a disk's error or a panic holds the guest, else the
+// Running condition's reason; Unknown before anything reported.
+func Phase(conds []metav1.Condition) (phase, message string) {
+	if c := meta.FindStatusCondition(conds, v1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
+		return c.Reason, c.Message
+	}
+	if c := meta.FindStatusCondition(conds, v1.ConditionPaused); c != nil && c.Status == metav1.ConditionTrue {
+		return v1.ConditionPaused, c.Message
+	}
+	if c := meta.FindStatusCondition(conds, v1.ConditionRunning); c != nil {
+		return c.Reason, c.Message
+	}
+	return PhaseUnknown, "vm-operator has not reported on the VM."
+}
+
+// PhaseUnknown is the phase of a VM that nothing reported on.
+const PhaseUnknown = "Unknown"
 
 // LastSeen is when an event last happened, whichever API wrote it: core
 // v1 (lastTimestamp, count) or events.k8s.io (eventTime, series).

@@ -254,6 +254,9 @@ conditions:
 runnerVersion: "1.0.0"
 cpus: 2
 ram: 4Gi
+printableStatus: Stopped
+targetCpus: 2
+targetRam: 4Gi
 accelerator: kvm
 node: node-1
 consoleClient: 192.168.1.20

@@ -65,13 +65,19 @@ func TestCRDNamesAndColumns(t *testing.T) {
 	require.Nil(t, v.Subresources.Scale)
 	require.Equal(t, []apiextensionsv1.CustomResourceColumnDefinition{
 		{Name: "State", Type: "string", Description: "The desired state.", JSONPath: ".spec.vm.state"},
-		{Name: "Status", Type: "string", Description: "What the VM does (the Running condition's reason, written by vm-operator).",
-			JSONPath: `.status.conditions[?(@.type=="Running")].reason`},
+		{Name: "Status", Type: "string", Description: "What the VM does (a failure's reason, Paused, or the Running condition's reason), written by vm-operator.",
+			JSONPath: ".status.printableStatus"},
 		{Name: "CPUs", Type: "integer", JSONPath: ".status.cpus"},
 		{Name: "RAM", Type: "string", JSONPath: ".status.ram"},
 		{Name: "Node", Type: "string", JSONPath: ".status.node"},
 		{Name: "IP", Type: "string", Description: "The guest's first address, from its agent.", Priority: 1,
 			JSONPath: ".status.interfaces[0].ipAddresses[0]"},
+		{Name: "Console", Type: "string", Description: "The address of the connected SPICE client.", Priority: 1,
+			JSONPath: ".status.consoleClient"},
+		{Name: "Target CPUs", Type: "integer", Description: "The vCPUs the spec asks for (currentCpus, with its default).", Priority: 1,
+			JSONPath: ".status.targetCpus"},
+		{Name: "Target RAM", Type: "string", Description: "The memory the spec asks for (currentRam, with its default).", Priority: 1,
+			JSONPath: ".status.targetRam"},
 		{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 	}, v.AdditionalPrinterColumns)
 

@@ -40,17 +40,17 @@ func (vm *VirtualMachine) Default() {
 	s.VM.Default()
 }
 
-// Default fills in the defaults of the VM part.
-func (v *VMSpec) Default() {
-	if v.State == "" {
-		v.State = StateStopped
-	}
-	if v.Firmware == "" {
-		v.Firmware = FirmwareUEFI
-	}
-	if v.PowerdownTimeout == nil {
-		v.PowerdownTimeout = ptr.To[int64](DefaultPowerdownTimeout)
-	}
+// Sizes are the vCPUs and memory the spec asks the VM to run with:
+// currentCpus and currentRam, with their defaults.
+func (v *VMSpec) Sizes() (int32, Quantity) {
+	s := VMSpec{CPUTopology: v.CPUTopology, MaximumCPUs: v.MaximumCPUs, CurrentCPUs: v.CurrentCPUs,
+		MaximumRAM: v.MaximumRAM, CurrentRAM: v.CurrentRAM}
+	s.defaultSizes()
+	return *s.CurrentCPUs, s.CurrentRAM
+}
+
+// defaultSizes fills in the CPU and memory sizes.
+func (v *VMSpec) defaultSizes() {
 	if v.MaximumCPUs == nil {
 		// Like VM-Operator's runner: the maximum follows the topology or
 		// an explicit current count rather than refusing the manifest.
@@ -69,6 +69,20 @@ func (v *VMSpec) Default() {
 	if v.CurrentRAM == "" {
 		v.CurrentRAM = v.MaximumRAM
 	}
+}
+
+// Default fills in the defaults of the VM part.
+func (v *VMSpec) Default() {
+	if v.State == "" {
+		v.State = StateStopped
+	}
+	if v.Firmware == "" {
+		v.Firmware = FirmwareUEFI
+	}
+	if v.PowerdownTimeout == nil {
+		v.PowerdownTimeout = ptr.To[int64](DefaultPowerdownTimeout)
+	}
+	v.defaultSizes()
 	if v.RTCBase == "" {
 		v.RTCBase = DefaultRTCBase
 	}

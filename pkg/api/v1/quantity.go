@@ -35,6 +35,11 @@ func (q *Quantity) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// FormatBytes writes a size as the runner reports memory (e.g. 4Gi).
+func FormatBytes(n int64) string {
+	return resource.NewQuantity(n, resource.BinarySI).String()
+}
+
 // Parse returns the quantity's value.
 func (q Quantity) Parse() (resource.Quantity, error) {
 	return resource.ParseQuantity(string(q))

@@ -289,6 +289,16 @@ type VirtualMachineStatus struct {
 	RunnerVersion      string             `json:"runnerVersion,omitempty"`
 	CPUs               int32              `json:"cpus,omitempty"`
 	RAM                string             `json:"ram,omitempty"`
+	// PrintableStatus is what the VM does, in a word for a table column:
+	// a failure's reason, else Paused while the guest is paused, else the
+	// Running condition's reason. vm-operator writes it with the
+	// conditions, so that kubectl get and kubectl vm list need only it.
+	PrintableStatus string `json:"printableStatus,omitempty"`
+	// TargetCPUs and TargetRAM are what the spec asks the VM to run with
+	// (currentCpus and currentRam, with their defaults), written by
+	// vm-operator; CPUs and RAM are what the runner reports in use.
+	TargetCPUs int32  `json:"targetCpus,omitempty"`
+	TargetRAM  string `json:"targetRam,omitempty"`
 	// Accelerator is what runs the guest: "kvm", or "tcg" (emulated, many
 	// times slower) on a node without a usable /dev/kvm.
 	Accelerator           string `json:"accelerator,omitempty"`

@@ -350,6 +350,9 @@ func TestReconcileNewRunningVM(t *testing.T) {
 
 	st := f.status()
 	require.Equal(t, int64(3), st.ObservedGeneration)
+	require.Equal(t, "Starting", st.PrintableStatus)
+	require.Equal(t, int32(1), st.TargetCPUs, "the defaults")
+	require.Equal(t, "1Gi", st.TargetRAM)
 	require.Equal(t, []string{
 		"Running=False Starting: Waiting for the runner pod.",
 		"Ready=False PodNotReady: The VM has no pod.",
@@ -635,15 +638,18 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		running string
 		ready   metav1.ConditionStatus
 		failed  string
+		// printable is the STATUS column of kubectl get and list.
+		printable string
 		// kstatus is how Flux's health checks read the VM.
 		kstatus kstatus.Status
 	}{{
-		name:    "pending",
-		pod:     func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending },
-		running: "Running=False Starting: The runner pod is pending.",
-		ready:   metav1.ConditionFalse,
-		failed:  "Failed=False NoFailure: ",
-		kstatus: kstatus.InProgressStatus,
+		name:      "pending",
+		pod:       func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending },
+		running:   "Running=False Starting: The runner pod is pending.",
+		ready:     metav1.ConditionFalse,
+		failed:    "Failed=False NoFailure: ",
+		printable: "Starting",
+		kstatus:   kstatus.InProgressStatus,
 	}, {
 		name: "running and ready",
 		pod: func(p *corev1.Pod) {
@@ -651,11 +657,12 @@ func TestReconcileStatusFromPod(t *testing.T) {
 			p.Status.Phase = corev1.PodRunning
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 		},
-		node:    "n1",
-		running: "Running=True Running: The runner pod runs on n1.",
-		ready:   metav1.ConditionTrue,
-		failed:  "Failed=False NoFailure: ",
-		kstatus: kstatus.CurrentStatus,
+		node:      "n1",
+		running:   "Running=True Running: The runner pod runs on n1.",
+		ready:     metav1.ConditionTrue,
+		failed:    "Failed=False NoFailure: ",
+		printable: "Running",
+		kstatus:   kstatus.CurrentStatus,
 	}, {
 		name: "qemu refused",
 		pod: func(p *corev1.Pod) {
@@ -666,11 +673,12 @@ func TestReconcileStatusFromPod(t *testing.T) {
 				State: terminated(runnerconfig.ExitQemuRefused, "qemu: no KVM"),
 			}}
 		},
-		node:    "n1",
-		running: "Running=True Running: The runner pod runs on n1.",
-		ready:   metav1.ConditionFalse,
-		failed:  "Failed=True QemuFailed: qemu: no KVM (2 restarts).",
-		kstatus: kstatus.FailedStatus,
+		node:      "n1",
+		running:   "Running=True Running: The runner pod runs on n1.",
+		ready:     metav1.ConditionFalse,
+		failed:    "Failed=True QemuFailed: qemu: no KVM (2 restarts).",
+		printable: "QemuFailed",
+		kstatus:   kstatus.FailedStatus,
 	}, {
 		name: "crash loop",
 		pod: func(p *corev1.Pod) {
@@ -682,11 +690,12 @@ func TestReconcileStatusFromPod(t *testing.T) {
 				LastTerminationState: terminated(runnerconfig.ExitCrashed, "qemu ended"),
 			}}
 		},
-		node:    "n1",
-		running: "Running=True Running: The runner pod runs on n1.",
-		ready:   metav1.ConditionFalse,
-		failed:  "Failed=True RunnerCrashLoop: The runner failed 3 times; last exit code 4: qemu ended.",
-		kstatus: kstatus.FailedStatus,
+		node:      "n1",
+		running:   "Running=True Running: The runner pod runs on n1.",
+		ready:     metav1.ConditionFalse,
+		failed:    "Failed=True RunnerCrashLoop: The runner failed 3 times; last exit code 4: qemu ended.",
+		printable: "RunnerCrashLoop",
+		kstatus:   kstatus.FailedStatus,
 	}, {
 		name: "no node agent",
 		pod: func(p *corev1.Pod) {
@@ -700,7 +709,8 @@ func TestReconcileStatusFromPod(t *testing.T) {
 			"(the scheduler: 0/1 nodes are available: 1 Insufficient devices.vmop.io/vm.). Install the node agent with kubectl vm install " +
 			"(kubectl vm install --node-agent-only where no operator runs, e.g. GitOps), and check that its DaemonSet vm-node " +
 			"in namespace vmop-system is ready on the VM's node: kubectl get daemonset -n vmop-system vm-node",
-		kstatus: kstatus.FailedStatus,
+		printable: "NodeAgentMissing",
+		kstatus:   kstatus.FailedStatus,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -730,6 +740,7 @@ func TestReconcileStatusFromPod(t *testing.T) {
 			require.Equal(t, tc.failed, conditions(st)[3])
 			require.Equal(t, metav1.ConditionFalse, condition(t, st, v1.ConditionRestartRequired).Status)
 			require.Equal(t, tc.kstatus, kstatusOf(t, st))
+			require.Equal(t, tc.printable, st.PrintableStatus)
 			if failed := condition(t, st, v1.ConditionFailed); failed.Status == metav1.ConditionTrue {
 				require.Contains(t, f.recorded(), "Warning "+failed.Reason+" "+failed.Message, "a failure is an event on the VM")
 			}
@@ -762,6 +773,36 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		require.Equal(t, v1.ReasonPodCreateFailed, failed.Reason)
 		require.Equal(t, `pods "vm-0" is forbidden: exceeded quota`, failed.Message)
 		assert.Contains(t, f.recorded(), `Warning PodCreateFailed pods "vm-0" is forbidden: exceeded quota`)
+	})
+
+	// The runner's Paused condition, which the operator does not write,
+	// shows in the printable status; a change of it is written.
+	t.Run("paused by the runner", func(t *testing.T) {
+		f := newFixture(t)
+		objs := f.rendered(vm)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name: render.PodName("vm"), Namespace: "ns", Labels: render.Labels("vm"),
+			Annotations: map[string]string{
+				render.AnnotationRestartHash: objs.StatefulSet.Spec.Template.Annotations[render.AnnotationRestartHash],
+			},
+		}, Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		display := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+			Name: render.DisplaySecretName("vm"), Namespace: "ns", Labels: render.DisplaySecretLabels("vm"),
+		}}
+		f.addCached(objs.StatefulSet, objs.ConfigMap, display, pod)
+		paused := vm.DeepCopy()
+		paused.Object["status"] = map[string]any{"conditions": []any{map[string]any{
+			"type": v1.ConditionPaused, "status": "True", "reason": "IOError", "message": "disk full",
+			"lastTransitionTime": "2026-01-01T00:00:00Z",
+		}}}
+		f.addVM(paused)
+		c := f.newController()
+
+		_, err := f.run(c, "vm")
+		require.NoError(t, err)
+		st := f.status()
+		require.Equal(t, v1.ConditionPaused, st.PrintableStatus)
+		require.Nil(t, findCondition(st.Conditions, v1.ConditionPaused), "the runner's condition stays the runner's")
 	})
 }
 

@@ -34,6 +34,11 @@ type opStatus struct {
 	ObservedGeneration int64              `json:"observedGeneration"`
 	Node               string             `json:"node,omitempty"`
 	Conditions         []metav1.Condition `json:"conditions"`
+	// PrintableStatus sums up the conditions, the runner's Paused too:
+	// set by writeStatus.
+	PrintableStatus string `json:"printableStatus,omitempty"`
+	TargetCPUs      int32  `json:"targetCpus,omitempty"`
+	TargetRAM       string `json:"targetRam,omitempty"`
 }
 
 // observe derives the status from the StatefulSet and pod in the caches.
@@ -55,6 +60,8 @@ func (c *Controller) observe(ctx context.Context, vm *v1.VirtualMachine, out *re
 	}
 	want := vm.Spec.VM.State == v1.StateRunning
 	st := opStatus{ObservedGeneration: vm.Generation}
+	cpus, ram := vm.Spec.VM.Sizes()
+	st.TargetCPUs, st.TargetRAM = cpus, v1.FormatBytes(ram.Bytes())
 	if pod != nil {
 		st.Node = pod.Spec.NodeName
 	}
@@ -150,11 +157,17 @@ func failedStatus(vm metav1.Object, reason, msg string) opStatus {
 // VM already has it; a condition keeps its lastTransitionTime unless its
 // status flips.
 func (c *Controller) writeStatus(ctx context.Context, vm vmObject, st opStatus) error {
-	current, err := currentStatus(vm)
+	full, err := vmStatus(vm)
 	if err != nil {
 		return err
 	}
+	current := operatorPart(full)
 	st.Conditions = withStalled(st.Conditions)
+	conds := st.Conditions
+	if p := findCondition(full.Conditions, v1.ConditionPaused); p != nil {
+		conds = append(slices.Clone(conds), *p)
+	}
+	st.PrintableStatus, _ = vmstatus.Phase(conds)
 	key := statusKey(vm.GetNamespace(), vm.GetName())
 	hash, err := statusHash(st)
 	if err != nil {
@@ -209,8 +222,8 @@ type vmObject interface {
 	runtime.Object
 }
 
-// currentStatus is the operator's part of the VM's status.
-func currentStatus(obj vmObject) (opStatus, error) {
+// vmStatus is the VM's status as the cache holds it.
+func vmStatus(obj vmObject) (v1.VirtualMachineStatus, error) {
 	var full v1.VirtualMachineStatus
 	switch o := obj.(type) {
 	case *v1.VirtualMachine:
@@ -218,21 +231,27 @@ func currentStatus(obj vmObject) (opStatus, error) {
 	case *unstructured.Unstructured:
 		raw, ok := o.Object["status"].(map[string]any)
 		if !ok {
-			return opStatus{}, nil
+			return full, nil
 		}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &full); err != nil {
-			return opStatus{}, fmt.Errorf("status of %s/%s: %w", o.GetNamespace(), o.GetName(), err)
+			return full, fmt.Errorf("status of %s/%s: %w", o.GetNamespace(), o.GetName(), err)
 		}
 	default:
-		return opStatus{}, fmt.Errorf("unexpected object %T in the VM cache", obj)
+		return full, fmt.Errorf("unexpected object %T in the VM cache", obj)
 	}
-	st := opStatus{ObservedGeneration: full.ObservedGeneration, Node: full.Node}
+	return full, nil
+}
+
+// operatorPart is the operator's part of a VM's status.
+func operatorPart(full v1.VirtualMachineStatus) opStatus {
+	st := opStatus{ObservedGeneration: full.ObservedGeneration, Node: full.Node,
+		PrintableStatus: full.PrintableStatus, TargetCPUs: full.TargetCPUs, TargetRAM: full.TargetRAM}
 	for _, cd := range full.Conditions {
 		if slices.Contains([]string{v1.ConditionRunning, v1.ConditionReady, v1.ConditionRestartRequired, v1.ConditionFailed, v1.ConditionSpecWarnings, v1.ConditionStalled}, cd.Type) {
 			st.Conditions = append(st.Conditions, cd)
 		}
 	}
-	return st, nil
+	return st
 }
 
 // same compares statuses without the transition times.

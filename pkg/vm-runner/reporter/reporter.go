@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -480,7 +479,7 @@ func (r *Reporter) statusObject(s runner.Status) *unstructured.Unstructured {
 		status["cpus"] = int64(s.CPUs)
 	}
 	if s.RAM != 0 {
-		status["ram"] = resource.NewQuantity(s.RAM, resource.BinarySI).String()
+		status["ram"] = v1.FormatBytes(s.RAM)
 	}
 	if s.Accelerator != "" {
 		status["accelerator"] = s.Accelerator

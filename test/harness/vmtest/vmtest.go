@@ -162,6 +162,9 @@ func New(t testing.TB) *Env {
 		"node":               Node,
 		"cpus":               2,
 		"ram":                "4Gi",
+		"printableStatus":    v1.ReasonRunning,
+		"targetCpus":         3,
+		"targetRam":          "4Gi",
 		"accelerator":        "kvm",
 		"consoleClient":      "192.0.2.10",
 		"osinfo":             map[string]any{"id": "debian", "pretty-name": "Debian GNU/Linux 12 (bookworm)", "kernel-release": "6.1.0-50-cloud-amd64"},
@@ -181,6 +184,9 @@ func New(t testing.TB) *Env {
 	e.apply(t, stopped)
 	e.writeStatus(t, Stopped, map[string]any{
 		"observedGeneration": 1,
+		"printableStatus":    v1.ReasonStopped,
+		"targetCpus":         2,
+		"targetRam":          "1Gi",
 		"conditions": []any{
 			e.condition(v1.ConditionRunning, false, v1.ReasonStopped, "The VM is stopped.", 0),
 			e.condition(v1.ConditionReady, false, v1.ReasonPodNotReady, "The VM has no pod.", 0),

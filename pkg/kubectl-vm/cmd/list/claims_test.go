@@ -42,7 +42,9 @@ func TestGitOpsClaims(t *testing.T) {
 	phase, msg := views[0].Phase()
 	require.Equal(t, v1.ReasonNoDefaultStorageClass, phase)
 	require.Contains(t, msg, "Claim "+render.ImageRepositoryClaim+" names no StorageClass")
-	require.NoError(t, o.printTable(views, nil))
+	rows, err := o.rows(t.Context(), []*vmclient.VM{vm})
+	require.NoError(t, err)
+	require.NoError(t, o.printTable(rows, nil))
 	require.Contains(t, out.String(), v1.ReasonNoDefaultStorageClass)
 }
 
@@ -63,6 +65,8 @@ func TestGitOpsNodeAgentMissing(t *testing.T) {
 	require.NoError(t, err)
 	phase, _ := views[0].Phase()
 	require.Equal(t, v1.ReasonNodeAgentMissing, phase)
-	require.NoError(t, o.printTable(views, nil))
+	rows, err := o.rows(t.Context(), []*vmclient.VM{vm})
+	require.NoError(t, err)
+	require.NoError(t, o.printTable(rows, nil))
 	require.Contains(t, out.String(), v1.ReasonNodeAgentMissing)
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/status"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/manifest"
@@ -134,6 +136,8 @@ func (o *Options) Run(ctx context.Context) error {
 	vms, err := o.client.List(ctx, vmclient.ListOptions{
 		AllNamespaces: o.AllNamespaces,
 		Objects:       o.Output == manifest.FormatYAML || o.Output == manifest.FormatJSON,
+		// The printer columns have all the plain table needs.
+		Summaries: o.Output == "" && o.Node == "",
 	})
 	if err != nil {
 		return err
@@ -166,11 +170,62 @@ func (o *Options) show(ctx context.Context, vms []*vmclient.VM) error {
 		}
 		return nil
 	}
-	views, err := o.views(ctx, vms)
+	rows, err := o.rows(ctx, vms)
 	if err != nil {
 		return err
 	}
-	return o.printTable(views, drains)
+	return o.printTable(rows, drains)
+}
+
+// row is a VM's line in the table.
+type row struct {
+	namespace, name, state, status, cpus, ram, node, console, age string
+	// mode, ready and ip are for -o wide, which reads whole VMs.
+	mode, ready, ip string
+}
+
+// rows makes the table's lines, from the VMs' summaries or views, in the
+// order of vms.
+func (o *Options) rows(ctx context.Context, vms []*vmclient.VM) ([]row, error) {
+	var whole []*vmclient.VM
+	for _, vm := range vms {
+		if vm.Summary == nil {
+			whole = append(whole, vm)
+		}
+	}
+	views, err := o.views(ctx, whole)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]row, len(vms))
+	for i, vm := range vms {
+		if s := vm.Summary; s != nil {
+			rows[i] = row{namespace: vm.Namespace, name: vm.Name, state: cmp.Or(s.State, string(v1.StateStopped)),
+				status: s.Status, cpus: cmp.Or(s.CPUs, parenthesized(s.TargetCPUs)), ram: cmp.Or(s.RAM, parenthesized(s.TargetRAM)),
+				node: s.Node, console: s.Console, age: status.Age(o.now(), s.Created)}
+			continue
+		}
+		v := views[0]
+		views = views[1:]
+		phase, _ := v.Phase()
+		cpus, ram := v.CPUs(), v.RAM()
+		if v.Config != nil {
+			cpus = cmp.Or(cpus, parenthesized(strconv.Itoa(int(v.Config.VM.CurrentCPUs))))
+			ram = cmp.Or(ram, parenthesized(v1.FormatBytes(v.Config.VM.CurrentRAM.Bytes)))
+		}
+		rows[i] = row{namespace: v.Namespace, name: v.Name, state: string(v.State()), status: phase, cpus: cpus, ram: ram,
+			node: v.Node(), console: v.ConsoleClient(), age: status.Age(o.now(), v.Created()),
+			mode: string(v.Mode), ready: v.Ready(), ip: v.IP()}
+	}
+	return rows, nil
+}
+
+// parenthesized marks a size the spec asks for, not one in use; "" stays.
+func parenthesized(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "(" + s + ")"
 }
 
 // views finds the pods and ConfigMaps of the VMs in GitOps mode, with one
@@ -214,8 +269,8 @@ func (o *Options) views(ctx context.Context, vms []*vmclient.VM) ([]*status.View
 	return views, nil
 }
 
-// printTable writes the views; drains, by VM key, adds the DRAIN column.
-func (o *Options) printTable(views []*status.View, drains map[string]string) error {
+// printTable writes the rows; drains, by VM key, adds the DRAIN column.
+func (o *Options) printTable(rows []row, drains map[string]string) error {
 	w := printers.GetNewTabWriter(o.Out)
 	header := []string{"NAME", "STATE", "STATUS", "CPUS", "RAM", "NODE", "CONSOLE", "AGE"}
 	if o.AllNamespaces {
@@ -228,25 +283,19 @@ func (o *Options) printTable(views []*status.View, drains map[string]string) err
 		header = append(header, "MODE", "READY", "IP")
 	}
 	fmt.Fprintln(w, strings.Join(header, "\t"))
-	for _, v := range views {
-		phase, _ := v.Phase()
-		cpus, ram := v.CPUs(), v.RAM()
-		if v.Config != nil {
-			cpus = cmp.Or(cpus, fmt.Sprintf("(%d)", v.Config.VM.CurrentCPUs))
-			ram = cmp.Or(ram, "("+status.Bytes(v.Config.VM.CurrentRAM.Bytes)+")")
-		}
-		row := []string{v.Name, string(v.State()), phase, cmp.Or(cpus, "<none>"), cmp.Or(ram, "<none>"),
-			cmp.Or(v.Node(), "<none>"), cmp.Or(v.ConsoleClient(), "<none>"), status.Age(o.now(), v.Created())}
+	for _, r := range rows {
+		line := []string{r.name, r.state, r.status, cmp.Or(r.cpus, "<none>"), cmp.Or(r.ram, "<none>"),
+			cmp.Or(r.node, "<none>"), cmp.Or(r.console, "<none>"), r.age}
 		if o.AllNamespaces {
-			row = append([]string{v.Namespace}, row...)
+			line = append([]string{r.namespace}, line...)
 		}
 		if drains != nil {
-			row = append(row, drains[v.Namespace+"/"+v.Name])
+			line = append(line, drains[r.namespace+"/"+r.name])
 		}
 		if o.Output == outputWide {
-			row = append(row, string(v.Mode), v.Ready(), cmp.Or(v.IP(), "<none>"))
+			line = append(line, r.mode, r.ready, cmp.Or(r.ip, "<none>"))
 		}
-		fmt.Fprintln(w, strings.Join(row, "\t"))
+		fmt.Fprintln(w, strings.Join(line, "\t"))
 	}
 	return w.Flush()
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/utils/ptr"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/completion"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/render"
@@ -155,7 +156,7 @@ func (o *Options) print(v *View, pvcs []corev1.PersistentVolumeClaim) error {
 		spec = v.Config.VM
 	}
 	field("CPUs", sizes(v.Config != nil, fmt.Sprint(spec.CurrentCPUs), fmt.Sprint(spec.MaximumCPUs), v.CPUs()))
-	field("RAM", sizes(v.Config != nil, Bytes(spec.CurrentRAM.Bytes), Bytes(spec.MaximumRAM.Bytes), v.RAM()))
+	field("RAM", sizes(v.Config != nil, v1.FormatBytes(spec.CurrentRAM.Bytes), v1.FormatBytes(spec.MaximumRAM.Bytes), v.RAM()))
 	if a := v.Accelerator(); a != "" {
 		field("Accelerator", a)
 	}

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 
@@ -198,16 +197,7 @@ func (v *View) State() v1.VMState {
 // shows CrashLoopBackOff; one whose guest a disk's error paused, Paused.
 func (v *View) Phase() (phase, message string) {
 	if v.Mode == vmclient.ModeOperator {
-		if c := v.Condition(v1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
-			return c.Reason, c.Message
-		}
-		if c := v.Condition(v1.ConditionPaused); c != nil && c.Status == metav1.ConditionTrue {
-			return "Paused", c.Message
-		}
-		if c := v.Condition(v1.ConditionRunning); c != nil {
-			return c.Reason, c.Message
-		}
-		return "Unknown", "vm-operator has not reported on the VM."
+		return vmstatus.Phase(v.VM.VM.Status.Conditions)
 	}
 	if f := v.derived.Failed; f.Status == metav1.ConditionTrue {
 		return f.Reason, f.Message
@@ -382,11 +372,6 @@ func Age(now time.Time, t metav1.Time) string {
 		return "<unknown>"
 	}
 	return duration.HumanDuration(now.Sub(t.Time))
-}
-
-// Bytes writes a size as the runner reports it (e.g. 4Gi).
-func Bytes(n int64) string {
-	return resource.NewQuantity(n, resource.BinarySI).String()
 }
 
 // podIP is the VM's pod's IP, "" without a pod or before it has one.
