@@ -75,8 +75,9 @@ every VirtualMachine (operator mode) and every StatefulSet rendered by
 kubectl vm that has no VirtualMachine (GitOps mode).
 
 STATE is the desired state; STATUS is what the VM does: the reason of
-vm-operator's Running condition (Running, Starting, Stopping, Stopped), in
-GitOps mode derived from the pod. CPUS and RAM are what the runner reports
+vm-operator's Running condition (Running, Starting, Stopping, Stopped), or
+of its Failed condition, or Paused while a disk's error holds the guest;
+in GitOps mode derived from the pod. CPUS and RAM are what the runner reports
 in use, or in parentheses the spec's current values when nothing is
 reported (a stopped VM, or GitOps mode, where the runner has no
 VirtualMachine to report to). CONSOLE is the address of the connected
