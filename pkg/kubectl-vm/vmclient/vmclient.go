@@ -79,6 +79,11 @@ func New(flags *genericclioptions.ConfigFlags) (*Client, error) {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "kubectl-vm/" + version.Get()
+	if cfg.QPS == 0 {
+		// client-go's default (5 a second, bursts of 10) would hold
+		// back list -A's request per namespace.
+		cfg.QPS, cfg.Burst = 50, 300
+	}
 	ns, _, err := flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
@@ -383,10 +388,21 @@ func (c *Client) listVMs(ctx context.Context, ns string, objects bool) ([]*VM, e
 // half of a VM's bytes.
 var listDecoding = jsonv2.JoinOptions(
 	jsonv2.RejectUnknownMembers(true),
-	jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ *[]metav1.ManagedFieldsEntry) error {
-		return dec.SkipValue()
-	})),
+	jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
+		jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ *[]metav1.ManagedFieldsEntry) error {
+			return dec.SkipValue()
+		}),
+		// As v1.DecodeJSON: a newer vmop may write fields this one does
+		// not know.
+		jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, st *v1.VirtualMachineStatus) error {
+			return jsonv2.UnmarshalDecode(dec, (*lenientStatus)(st), jsonv2.RejectUnknownMembers(false))
+		}),
+	)),
 )
+
+// lenientStatus is a status decoded without listDecoding's function for
+// it.
+type lenientStatus v1.VirtualMachineStatus
 
 // decodeVM decodes a listed VirtualMachine into vm, whose namespace and
 // name it sets also when the VM does not decode, for the error.

@@ -120,18 +120,26 @@ func TestClient(t *testing.T) {
 		vms, err := c.List(ctx, vmclient.ListOptions{Summaries: true})
 		require.NoError(t, err)
 		require.Len(t, vms, 3)
+		require.Equal(t, "vms/desktop", vms[0].Namespace+"/"+vms[0].Name)
+		require.Regexp(t, `^[0-9]+s$`, vms[0].Summary.Age, "the API server's clock")
 		require.Equal(t, &vmclient.Summary{
 			State: "Running", Status: "Running", CPUs: "2", RAM: "4Gi", TargetCPUs: "3", TargetRAM: "4Gi",
-			Node: vmtest.Node, Console: "192.0.2.10", Created: vms[0].Summary.Created,
+			Node: vmtest.Node, Console: "192.0.2.10", Age: vms[0].Summary.Age,
 		}, vms[0].Summary)
-		desktop, err := c.Get(ctx, vmtest.Desktop)
-		require.NoError(t, err)
-		require.Equal(t, desktop.VM.CreationTimestamp, vms[0].Summary.Created)
 		require.Nil(t, vms[0].VM, "only the columns are read")
 		require.Nil(t, vms[1].Summary, "a GitOps-mode VM is its StatefulSet")
 		require.NotNil(t, vms[1].StatefulSet)
 		require.Equal(t, &vmclient.Summary{Status: "Stopped", TargetCPUs: "2", TargetRAM: "1Gi",
-			Created: vms[2].Summary.Created}, vms[2].Summary)
+			Age: vms[2].Summary.Age}, vms[2].Summary)
+
+		// All namespaces: one request each.
+		vms, err = c.List(ctx, vmclient.ListOptions{Summaries: true, AllNamespaces: true})
+		require.NoError(t, err)
+		require.Len(t, vms, 4)
+		require.Equal(t, "other/server", vms[0].Namespace+"/"+vms[0].Name)
+		require.Nil(t, vms[0].Summary, "GitOps mode")
+		require.Equal(t, "vms/stopped", vms[3].Namespace+"/"+vms[3].Name)
+		require.Equal(t, "Stopped", vms[3].Summary.Status)
 
 		fresh := newClient(t, e, "fresh")
 		require.NoError(t, e.CreateNamespace(ctx, "fresh"))
@@ -152,6 +160,13 @@ func TestClient(t *testing.T) {
 		require.Len(t, vms, 1)
 		require.Nil(t, vms[0].Summary, "no operator has reported on it")
 		require.Equal(t, "new", vms[0].VM.Name)
+		vms, err = c.List(ctx, vmclient.ListOptions{Summaries: true, AllNamespaces: true})
+		require.NoError(t, err)
+		require.Len(t, vms, 5)
+		require.Nil(t, vms[0].Summary, "whole VMs in every namespace")
+		require.Equal(t, "fresh/new", vms[0].Namespace+"/"+vms[0].Name)
+		require.NotNil(t, vms[0].VM)
+		require.NoError(t, e.Dynamic.Resource(v1.GroupVersionResource).Namespace("fresh").Delete(ctx, "new", metav1.DeleteOptions{}))
 	})
 
 	t.Run("unreachable", func(t *testing.T) {

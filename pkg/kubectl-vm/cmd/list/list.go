@@ -203,7 +203,7 @@ func (o *Options) rows(ctx context.Context, vms []*vmclient.VM) ([]row, error) {
 		if s := vm.Summary; s != nil {
 			rows[i] = row{namespace: vm.Namespace, name: vm.Name, state: cmp.Or(s.State, string(v1.StateStopped)),
 				status: s.Status, cpus: cmp.Or(s.CPUs, parenthesized(s.TargetCPUs)), ram: cmp.Or(s.RAM, parenthesized(s.TargetRAM)),
-				node: s.Node, console: s.Console, age: status.Age(o.now(), s.Created)}
+				node: s.Node, console: s.Console, age: s.Age}
 			continue
 		}
 		v := views[0]
