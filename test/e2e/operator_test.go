@@ -289,7 +289,15 @@ func TestOperator(t *testing.T) {
 		require.NoError(t, err, "kubectl wait: %s", out)
 		out, err = e.c.Kubectl(ctx, "get", "vms", "-n", ns, "vm3").CombinedOutput()
 		require.NoError(t, err, "%s", out)
-		require.Equal(t, []string{"vm3", "Running", "Starting"}, strings.Fields(strings.Split(string(out), "\n")[1])[:3], "kubectl get vms:\n%s", out)
+		// STATUS is the failure's reason, as kubectl get pods shows
+		// CrashLoopBackOff: vm-operator's printableStatus.
+		require.Equal(t, []string{"vm3", "Running", v1.ReasonApplyFailed}, strings.Fields(strings.Split(string(out), "\n")[1])[:3], "kubectl get vms:\n%s", out)
+		// kubectl vm list reads the same printer columns: the spec's
+		// currentCpus and currentRam (the operator's targets) stand in
+		// for the sizes in use.
+		stdout, _, err := e.plugin(ctx, "list", "-n", ns)
+		require.NoError(t, err)
+		require.Equal(t, []string{"vm3", "Running", v1.ReasonApplyFailed, "(2)", "(1Gi)"}, strings.Fields(strings.Split(stdout, "\n")[1])[:5], "kubectl vm list:\n%s", stdout)
 		eventually.Within(t, 10*time.Second, func() string {
 			out, err := e.c.Kubectl(ctx, "events", "-n", ns, "--for", "vm/vm3").CombinedOutput()
 			if err != nil || !regexp.MustCompile(`Warning\s+ApplyFailed\s+VirtualMachine/vm3\s+.*`+regexp.QuoteMeta(refusal)).Match(out) {
@@ -297,7 +305,7 @@ func TestOperator(t *testing.T) {
 			}
 			return ""
 		})
-		stdout, _, err := e.plugin(ctx, "status", "-n", ns, "vm3")
+		stdout, _, err = e.plugin(ctx, "status", "-n", ns, "vm3")
 		require.NoError(t, err)
 		require.Regexp(t, `(?m)^Status:\s+ApplyFailed: The VM's objects could not be applied: apply StatefulSet `+ns+`/vm3: .*`+regexp.QuoteMeta(refusal), stdout)
 		require.Regexp(t, `(?m)^  Failed\s+True\s+ApplyFailed\s`, stdout)
