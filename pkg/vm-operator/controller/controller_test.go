@@ -638,6 +638,9 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		running string
 		ready   metav1.ConditionStatus
 		failed  string
+		// paused: the runner reports the guest paused, a condition the
+		// operator does not write but sums up in printable.
+		paused bool
 		// printable is the STATUS column of kubectl get and list.
 		printable string
 		// kstatus is how Flux's health checks read the VM.
@@ -662,6 +665,20 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		ready:     metav1.ConditionTrue,
 		failed:    "Failed=False NoFailure: ",
 		printable: "Running",
+		kstatus:   kstatus.CurrentStatus,
+	}, {
+		name: "paused by the runner",
+		pod: func(p *corev1.Pod) {
+			p.Spec.NodeName = "n1"
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		},
+		node:      "n1",
+		running:   "Running=True Running: The runner pod runs on n1.",
+		ready:     metav1.ConditionTrue,
+		failed:    "Failed=False NoFailure: ",
+		paused:    true,
+		printable: v1.ConditionPaused,
 		kstatus:   kstatus.CurrentStatus,
 	}, {
 		name: "qemu refused",
@@ -726,7 +743,15 @@ func TestReconcileStatusFromPod(t *testing.T) {
 				Name: render.DisplaySecretName("vm"), Namespace: "ns", Labels: render.DisplaySecretLabels("vm"),
 			}}
 			f.addCached(objs.StatefulSet, objs.ConfigMap, display, pod)
-			f.addVM(vm)
+			v := vm
+			if tc.paused {
+				v = vm.DeepCopy()
+				v.Object["status"] = map[string]any{"conditions": []any{map[string]any{
+					"type": v1.ConditionPaused, "status": "True", "reason": "IOError", "message": "disk full",
+					"lastTransitionTime": "2026-01-01T00:00:00Z",
+				}}}
+			}
+			f.addVM(v)
 			c := f.newController()
 
 			requeue, err := f.run(c, "vm")
@@ -741,6 +766,7 @@ func TestReconcileStatusFromPod(t *testing.T) {
 			require.Equal(t, metav1.ConditionFalse, condition(t, st, v1.ConditionRestartRequired).Status)
 			require.Equal(t, tc.kstatus, kstatusOf(t, st))
 			require.Equal(t, tc.printable, st.PrintableStatus)
+			require.Nil(t, findCondition(st.Conditions, v1.ConditionPaused), "the runner's condition stays the runner's")
 			if failed := condition(t, st, v1.ConditionFailed); failed.Status == metav1.ConditionTrue {
 				require.Contains(t, f.recorded(), "Warning "+failed.Reason+" "+failed.Message, "a failure is an event on the VM")
 			}
@@ -773,36 +799,6 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		require.Equal(t, v1.ReasonPodCreateFailed, failed.Reason)
 		require.Equal(t, `pods "vm-0" is forbidden: exceeded quota`, failed.Message)
 		assert.Contains(t, f.recorded(), `Warning PodCreateFailed pods "vm-0" is forbidden: exceeded quota`)
-	})
-
-	// The runner's Paused condition, which the operator does not write,
-	// shows in the printable status; a change of it is written.
-	t.Run("paused by the runner", func(t *testing.T) {
-		f := newFixture(t)
-		objs := f.rendered(vm)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-			Name: render.PodName("vm"), Namespace: "ns", Labels: render.Labels("vm"),
-			Annotations: map[string]string{
-				render.AnnotationRestartHash: objs.StatefulSet.Spec.Template.Annotations[render.AnnotationRestartHash],
-			},
-		}, Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-		display := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
-			Name: render.DisplaySecretName("vm"), Namespace: "ns", Labels: render.DisplaySecretLabels("vm"),
-		}}
-		f.addCached(objs.StatefulSet, objs.ConfigMap, display, pod)
-		paused := vm.DeepCopy()
-		paused.Object["status"] = map[string]any{"conditions": []any{map[string]any{
-			"type": v1.ConditionPaused, "status": "True", "reason": "IOError", "message": "disk full",
-			"lastTransitionTime": "2026-01-01T00:00:00Z",
-		}}}
-		f.addVM(paused)
-		c := f.newController()
-
-		_, err := f.run(c, "vm")
-		require.NoError(t, err)
-		st := f.status()
-		require.Equal(t, v1.ConditionPaused, st.PrintableStatus)
-		require.Nil(t, findCondition(st.Conditions, v1.ConditionPaused), "the runner's condition stays the runner's")
 	})
 }
 
