@@ -631,6 +631,11 @@ func TestReconcileStatusFromPod(t *testing.T) {
 	terminated := func(code int32, msg string) corev1.ContainerState {
 		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg}}
 	}
+	readyOnN1 := func(p *corev1.Pod) {
+		p.Spec.NodeName = "n1"
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
 	for _, tc := range []struct {
 		name    string
 		pod     func(*corev1.Pod)
@@ -654,12 +659,8 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		printable: "Starting",
 		kstatus:   kstatus.InProgressStatus,
 	}, {
-		name: "running and ready",
-		pod: func(p *corev1.Pod) {
-			p.Spec.NodeName = "n1"
-			p.Status.Phase = corev1.PodRunning
-			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		},
+		name:      "running and ready",
+		pod:       readyOnN1,
 		node:      "n1",
 		running:   "Running=True Running: The runner pod runs on n1.",
 		ready:     metav1.ConditionTrue,
@@ -667,12 +668,8 @@ func TestReconcileStatusFromPod(t *testing.T) {
 		printable: "Running",
 		kstatus:   kstatus.CurrentStatus,
 	}, {
-		name: "paused by the runner",
-		pod: func(p *corev1.Pod) {
-			p.Spec.NodeName = "n1"
-			p.Status.Phase = corev1.PodRunning
-			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		},
+		name:      "paused by the runner",
+		pod:       readyOnN1,
 		node:      "n1",
 		running:   "Running=True Running: The runner pod runs on n1.",
 		ready:     metav1.ConditionTrue,
