@@ -458,7 +458,7 @@ func (r *renderer) warnings() []string {
 	w := r.vm.Warnings()
 	v := &r.vm.Spec.VM
 	if b := v.MaximumRAM.Bytes(); runnerconfig.RoundUpMiB(b) != b {
-		got := resource.NewQuantity(runnerconfig.RoundUpMiB(b), resource.BinarySI)
+		got := v1.FormatBytes(runnerconfig.RoundUpMiB(b))
 		w = append(w, fmt.Sprintf("spec.vm.maximumRam %s is not a whole number of MiB: the VM gets %s (qemu sizes RAM in MiB)", v.MaximumRAM, got))
 	}
 	if r.annotations.displayWithoutPassword && v.Display.Spice != nil {

@@ -13,7 +13,6 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
@@ -185,9 +184,9 @@ func progressText(p diskimport.Progress) string {
 // size is a byte count as a person reads it: whole MiB up to 10 GiB.
 func size(n int64) string {
 	if n >= 10<<30 {
-		return resource.NewQuantity(n>>30<<30, resource.BinarySI).String()
+		return v1.FormatBytes(n >> 30 << 30)
 	}
-	return resource.NewQuantity(n>>20<<20, resource.BinarySI).String()
+	return v1.FormatBytes(n >> 20 << 20)
 }
 
 // conditionWriter writes the newest condition in the background, so that

@@ -12,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/kubectl-vm/cmd/completion"
 	"github.com/vmop/vmop/pkg/kubectl-vm/vmclient"
 	"github.com/vmop/vmop/pkg/podsync"
@@ -141,7 +142,7 @@ func (o *Options) check(maxCPUs int32, maxRAM int64, prefix string) error {
 	}
 	if o.RAM != "" && maxRAM > 0 && o.ram.Value() > maxRAM {
 		return fmt.Errorf("--ram %s: more than %smaximumRam (%s); raising the maximum needs a restart",
-			o.RAM, prefix, resource.NewQuantity(maxRAM, resource.BinarySI))
+			o.RAM, prefix, v1.FormatBytes(maxRAM))
 	}
 	return nil
 }
