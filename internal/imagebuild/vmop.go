@@ -66,7 +66,13 @@ type image struct {
 	base func(o Options, work string) (v1.Layer, error)
 	// dirs are empty directories the image provides as mount points.
 	dirs []string
+	// helpers are further programs of the module beside the binary: by
+	// package, at the path in the image.
+	helpers []helper
 }
+
+// helper is a program of the module that an image's binary runs.
+type helper struct{ pkg, at string }
 
 var images = []image{
 	{
@@ -79,6 +85,8 @@ var images = []image{
 			return DirLayer(work, o.RunnerRoot, o.Created)
 		},
 		dirs: []string{vmpod.ConfigDir, vmpod.DataDir, vmpod.ImageRepositoryDir},
+		// Found beside vm-runner (runner.ExpandTemplate).
+		helpers: []helper{{pkg: "./cmd/vm-runner-template", at: "usr/local/bin/vm-runner-template"}},
 	},
 	{
 		name: version.OperatorImage, pkg: "./cmd/vm-operator", at: "vm-operator", user: nonRoot,
@@ -131,6 +139,13 @@ func (im image) build(o Options, work string) (Built, error) {
 		}
 	}
 	files := []File{{Path: im.at, Mode: 0o755, Source: bin}}
+	for _, h := range im.helpers {
+		hb, err := goBuild(o.Module, v, h.pkg, work)
+		if err != nil {
+			return Built{}, err
+		}
+		files = append(files, File{Path: h.at, Mode: 0o755, Source: hb})
+	}
 	for _, d := range im.dirs {
 		files = append(files, File{Path: d, Mode: fs.ModeDir | 0o755})
 	}

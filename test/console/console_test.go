@@ -48,7 +48,13 @@ import (
 	"github.com/vmop/vmop/test/harness/spicetest"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/testguest"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
+
+// TestMain builds vm-runner-template, which the runners run, once.
+func TestMain(m *testing.M) {
+	os.Exit(vmopbin.Main(m))
+}
 
 const ns = "console"
 
@@ -227,14 +233,15 @@ func (e *env) startRunner(vm *v1.VirtualMachine, objs *render.Objects) {
 	logFile, err := os.Create(filepath.Join(dir, "runner.log"))
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	reporter, err := reporter.New(e.c.Config, ns, vm.Name, log)
+	reporter, err := reporter.New(e.c.APIConfig, ns, vm.Name, log)
 	require.NoError(t, err)
 	r, err := runner.New(runner.Options{
-		ConfigFile:   filepath.Join(etc, vmpod.ConfigFile),
-		TemplateDirs: []string{tmplDir},
-		Logger:       log,
-		Reporter:     reporter,
-		QemuOutput:   logFile,
+		ConfigFile:     filepath.Join(etc, vmpod.ConfigFile),
+		TemplateDirs:   []string{tmplDir},
+		Logger:         log,
+		Reporter:       reporter,
+		QemuOutput:     logFile,
+		TemplateHelper: vmopbin.Build(t, runner.TemplateHelper),
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -41,7 +41,13 @@ import (
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/vmgen"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
+
+// TestMain builds vm-runner-template, which the runners run, once.
+func TestMain(m *testing.M) {
+	os.Exit(vmopbin.Main(m))
+}
 
 // Bounds of the run in make test: a few seconds of API calls and a few
 // dozen qemu starts.
@@ -241,10 +247,11 @@ func (q *qemuChecker) check(t *testing.T, objs *render.Objects, n *tally) {
 
 	var out strings.Builder
 	r, err := runner.New(runner.Options{
-		ConfigFile:   config,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		QemuOutput:   &out,
-		SpiceAddress: "127.0.0.1",
+		ConfigFile:     config,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		QemuOutput:     &out,
+		SpiceAddress:   "127.0.0.1",
+		TemplateHelper: vmopbin.Build(t, runner.TemplateHelper),
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

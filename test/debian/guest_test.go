@@ -37,7 +37,13 @@ import (
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/prereq"
 	"github.com/vmop/vmop/test/harness/statusrecorder"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
+
+// TestMain builds vm-runner-template, which the runners run, once.
+func TestMain(m *testing.M) {
+	os.Exit(vmopbin.Main(m))
+}
 
 // mac is the test NIC's address, which the network-config matches.
 const mac = "52:54:00:12:34:56"
@@ -117,7 +123,8 @@ func (g *guest) start() {
 	out, err := os.Create(g.output)
 	require.NoError(g.t, err)
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r, err := runner.New(runner.Options{ConfigFile: g.config, TemplateDirs: []string{g.templates}, Qemu: g.qemu, Logger: log, QemuOutput: out})
+	r, err := runner.New(runner.Options{ConfigFile: g.config, TemplateDirs: []string{g.templates}, Qemu: g.qemu, Logger: log, QemuOutput: out,
+		TemplateHelper: vmopbin.Build(g.t, runner.TemplateHelper)})
 	require.NoError(g.t, err)
 	g.rec = &statusrecorder.Recorder{}
 	r.UseReporter(g.rec)

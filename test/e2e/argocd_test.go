@@ -132,7 +132,7 @@ func TestArgoCDHealth(t *testing.T) {
 	t.Run("a CD drive without its medium", func(t *testing.T) {
 		e.createVM(ns, strings.Replace(fmt.Sprintf(runningVM, "media"), `cdrom: {image: ""}`, "cdrom: {image: installer.iso}", 1))
 		e.waitStatus(ns, "media", 60*time.Second, "running and ready", running)
-		rep, err := reporter.New(e.c.Config, ns, "media", nil)
+		rep, err := reporter.New(e.c.APIConfig, ns, "media", nil)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rep.Stop(context.Background()) })
 		image := filepath.Join(vmpod.ImageRepositoryDir, "installer.iso")

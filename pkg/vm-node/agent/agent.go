@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmop/vmop/pkg/api/nodeagent"
-	"github.com/vmop/vmop/pkg/vm-node/kubeapi"
+	"github.com/vmop/vmop/pkg/kubeapi"
 	"github.com/vmop/vmop/pkg/vmpod"
 )
 

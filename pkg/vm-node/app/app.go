@@ -17,10 +17,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/vmop/vmop/pkg/kubeapi"
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-node/agent"
 	"github.com/vmop/vmop/pkg/vm-node/deviceplugin"
-	"github.com/vmop/vmop/pkg/vm-node/kubeapi"
 )
 
 // DefaultKubeletRootDir is the kubelet's default --root-dir.
@@ -108,7 +108,10 @@ func (o *Options) Run(ctx context.Context) error {
 		Watch: func(ctx context.Context, query url.Values, h kubeapi.Handler[agent.Pod]) error {
 			return kubeapi.Watch(ctx, o.client, "/api/v1/pods", query, h, o.log)
 		},
-		Create: o.client.Create, NodeName: o.NodeName, KubeletRootDir: o.KubeletRootDir,
+		Create: func(ctx context.Context, path string, obj any) error {
+			return o.client.Create(ctx, path, obj, nil)
+		},
+		NodeName: o.NodeName, KubeletRootDir: o.KubeletRootDir,
 		RunnerRepositories: o.RunnerRepositories, Log: o.log,
 	})
 	if err != nil {

@@ -145,7 +145,6 @@ disk import failed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.OutOrStdout(), cmd.ErrOrStderr()) },
 	}
 	cmd.SuggestionsMinimumDistance = 2
-	cmd.SetVersionTemplate("vm-runner {{.Version}}\n")
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	o.addFlags(cmd.Flags())
 	usageCode(cmd, runnerconfig.ExitConfig)

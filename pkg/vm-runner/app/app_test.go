@@ -254,7 +254,7 @@ func TestHelpAndVersion(t *testing.T) {
 
 	code, stdout, _ = execute("--version")
 	require.Zero(t, code)
-	require.Equal(t, "vm-runner "+version.Get()+"\n", stdout)
+	require.Equal(t, "vm-runner version "+version.Get()+"\n", stdout, "cobra's own form: a version template would link text/template")
 }
 
 // TestEveryCommandSetsItsUsageCode: a command added later without

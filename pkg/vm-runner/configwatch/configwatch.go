@@ -12,18 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
+	"github.com/vmop/vmop/pkg/kubeapi"
 )
 
 // ErrNotAllowed is returned by Run when the account may not read the
@@ -33,11 +26,10 @@ var ErrNotAllowed = errors.New("the runner's account may not get and watch its C
 // retry is how long Run waits after a failed read before the next.
 const retry = 5 * time.Second
 
-var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-
 // Watcher follows one ConfigMap's key.
 type Watcher struct {
-	cms        dynamic.ResourceInterface
+	c          *kubeapi.Client
+	collection string // the namespace's configmaps
 	name, key  string
 	log        *slog.Logger
 	lastData   string
@@ -46,16 +38,24 @@ type Watcher struct {
 	following  bool
 }
 
+// configMap is what the watcher reads of a ConfigMap.
+type configMap struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+	Data map[string]string `json:"data"`
+}
+
 // Following is logged once the ConfigMap could be read.
 const Following = "Following the ConfigMap through the API server"
 
 // New returns a Watcher of key in the ConfigMap namespace/name.
-func New(cfg *rest.Config, namespace, name, key string, log *slog.Logger) (*Watcher, error) {
-	dc, err := dynamic.NewForConfig(cfg)
+func New(cfg *kubeapi.Config, namespace, name, key string, log *slog.Logger) (*Watcher, error) {
+	c, err := kubeapi.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("config watch: %w", err)
 	}
-	return &Watcher{cms: dc.Resource(configMaps).Namespace(namespace), name: name, key: key,
+	return &Watcher{c: c, collection: "/api/v1/namespaces/" + namespace + "/configmaps", name: name, key: key,
 		log: log.With("configMap", namespace+"/"+name)}, nil
 }
 
@@ -71,9 +71,9 @@ func (w *Watcher) Run(ctx context.Context, send func([]byte)) error {
 			err = w.watch(ctx, rv, send)
 		}
 		switch {
-		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		case kubeapi.IsStatus(err, http.StatusForbidden) || kubeapi.IsStatus(err, http.StatusUnauthorized):
 			return fmt.Errorf("%w: %v", ErrNotAllowed, err)
-		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		case kubeapi.IsStatus(err, http.StatusGone):
 			continue // the watch expired: read it again
 		}
 		if err != nil && ctx.Err() == nil {
@@ -92,8 +92,8 @@ func (w *Watcher) Run(ctx context.Context, send func([]byte)) error {
 
 // get reads the ConfigMap, sends its value and returns its resourceVersion.
 func (w *Watcher) get(ctx context.Context, send func([]byte)) (string, error) {
-	cm, err := w.cms.Get(ctx, w.name, metav1.GetOptions{})
-	if err != nil {
+	var cm configMap
+	if err := w.c.Get(ctx, w.collection+"/"+w.name, &cm); err != nil {
 		return "", err
 	}
 	if !w.following {
@@ -102,45 +102,24 @@ func (w *Watcher) get(ctx context.Context, send func([]byte)) (string, error) {
 	}
 	w.lastFailed = ""
 	w.found(cm, send)
-	return cm.GetResourceVersion(), nil
+	return cm.Metadata.ResourceVersion, nil
 }
 
 // watch follows the ConfigMap from resourceVersion rv until the watch
-// cannot resume (it expired: 410), or ctx ends.
+// cannot resume (it expired: 410), or ctx ends. Watched by name, as the
+// runner's Role allows.
 func (w *Watcher) watch(ctx context.Context, rv string, send func([]byte)) error {
-	byName := fields.OneTermEqualSelector("metadata.name", w.name).String()
-	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		o.FieldSelector = byName
-		return w.cms.Watch(ctx, o)
-	}}
-	rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, lw)
-	if err != nil {
-		return err
-	}
-	defer rw.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-rw.ResultChan():
-			if !ok {
-				return errors.New("the watch ended")
-			}
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				if cm, ok := ev.Object.(*unstructured.Unstructured); ok {
-					w.found(cm, send)
-				}
-			case watch.Error:
-				return apierrors.FromObject(ev.Object)
-			}
+	byName := url.Values{"fieldSelector": {"metadata.name=" + w.name}}
+	return kubeapi.Follow(ctx, w.c, w.collection, byName, rv, func(typ kubeapi.EventType, cm configMap) {
+		if typ != kubeapi.Deleted {
+			w.found(cm, send)
 		}
-	}
+	})
 }
 
 // found sends the key's value when it changed.
-func (w *Watcher) found(cm *unstructured.Unstructured, send func([]byte)) {
-	data, ok, _ := unstructured.NestedString(cm.Object, "data", w.key)
+func (w *Watcher) found(cm configMap, send func([]byte)) {
+	data, ok := cm.Data[w.key]
 	if !ok || w.haveData && data == w.lastData {
 		return
 	}

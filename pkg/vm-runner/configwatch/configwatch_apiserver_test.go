@@ -2,16 +2,16 @@ package configwatch_test
 
 import (
 	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	"github.com/vmop/vmop/pkg/kubeapi"
 	"github.com/vmop/vmop/pkg/render"
 	"github.com/vmop/vmop/pkg/vm-runner/configwatch"
 	"github.com/vmop/vmop/pkg/vmpod"
@@ -47,7 +47,7 @@ func TestWatchWithRenderedAccess(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "beta"}, Data: map[string]string{vmpod.ConfigFile: "beta"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	runner := asAccount(c.Config, objs.StatefulSet.Spec.Template.Spec.ServiceAccountName)
+	runner := asAccount(c.APIConfig, objs.StatefulSet.Spec.Template.Spec.ServiceAccountName)
 	w, err := configwatch.New(runner, ns, "alpha", vmpod.ConfigFile, slog.Default())
 	require.NoError(t, err)
 	got := make(chan string, 10)
@@ -76,14 +76,16 @@ func TestWatchWithRenderedAccess(t *testing.T) {
 	require.Equal(t, cm.Data[vmpod.ConfigFile], next(t, got, done), "only the key's changes")
 
 	// The account reads its own ConfigMap only, and no Secret.
-	cs, err := kubernetes.NewForConfig(runner)
+	cs, err := kubeapi.New(runner)
 	require.NoError(t, err)
-	_, err = cs.CoreV1().ConfigMaps(ns).Get(ctx, "beta", metav1.GetOptions{})
-	require.True(t, apierrors.IsForbidden(err), "another ConfigMap: %v", err)
-	_, err = cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-	require.True(t, apierrors.IsForbidden(err), "all ConfigMaps: %v", err)
-	_, err = cs.CoreV1().Secrets(ns).Get(ctx, render.CloudInitSecretName("alpha"), metav1.GetOptions{})
-	require.True(t, apierrors.IsForbidden(err), "a Secret: %v", err)
+	for what, path := range map[string]string{
+		"another ConfigMap": "/api/v1/namespaces/" + ns + "/configmaps/beta",
+		"all ConfigMaps":    "/api/v1/namespaces/" + ns + "/configmaps",
+		"a Secret":          "/api/v1/namespaces/" + ns + "/secrets/" + render.CloudInitSecretName("alpha"),
+	} {
+		err := cs.Get(ctx, path, nil)
+		require.True(t, kubeapi.IsStatus(err, http.StatusForbidden), "%s: %v", what, err)
+	}
 }
 
 // TestWatchNotAllowed: an account without the Role (the namespace's
@@ -93,18 +95,16 @@ func TestWatchNotAllowed(t *testing.T) {
 	c := testcluster.New(t)
 	ctx := t.Context()
 	require.NoError(t, c.CreateNamespace(ctx, ns))
-	w, err := configwatch.New(asAccount(c.Config, "default"), ns, "alpha", vmpod.ConfigFile, slog.Default())
+	w, err := configwatch.New(asAccount(c.APIConfig, "default"), ns, "alpha", vmpod.ConfigFile, slog.Default())
 	require.NoError(t, err)
 	err = w.Run(ctx, func([]byte) { t.Error("sent a config") })
 	require.ErrorIs(t, err, configwatch.ErrNotAllowed)
 }
 
 // asAccount is cfg acting as the ServiceAccount ns/name, as its token does.
-func asAccount(cfg *rest.Config, name string) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + name,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
-	return cfg
+func asAccount(cfg *kubeapi.Config, name string) *kubeapi.Config {
+	return testcluster.Impersonate(cfg, "system:serviceaccount:"+ns+":"+name,
+		"system:serviceaccounts", "system:serviceaccounts:"+ns, "system:authenticated")
 }
 
 // next is the next config sent, or fails the test.

@@ -4,20 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"net/http"
 	"time"
 	"unicode/utf8"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/kubeapi"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 )
 
@@ -37,9 +34,9 @@ const (
 	noteLimit = 1024
 )
 
-// The events are written with the dynamic client, not client-go's
-// tools/events: that imports the typed clientset of every API group,
-// which costs the runner megabytes of memory (see statefulSets).
+// The events are written with pkg/kubeapi, not client-go's tools/events,
+// which would link client-go and the typed clientset of every API group
+// (see Reporter.c).
 
 // queuedEvent is an event and when the runner reported it.
 type queuedEvent struct {
@@ -87,7 +84,7 @@ func (r *Reporter) vmRef(uid types.UID) *corev1.ObjectReference {
 // may not read StatefulSets), kubectl events --for finds the events,
 // kubectl describe does not.
 func (r *Reporter) statefulSetRef() *corev1.ObjectReference {
-	return &corev1.ObjectReference{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "StatefulSet", Namespace: r.namespace, Name: r.name}
+	return &corev1.ObjectReference{APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: r.namespace, Name: r.name}
 }
 
 // writeEvents writes the queued events in order until Stop, then those
@@ -131,7 +128,8 @@ func (r *Reporter) writeEvent(e queuedEvent) {
 			return
 		case errors.Is(err, context.Canceled):
 			continue // said above
-		case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		case kubeapi.IsStatus(err, http.StatusForbidden) || kubeapi.IsStatus(err, http.StatusUnprocessableEntity) ||
+			kubeapi.IsStatus(err, http.StatusBadRequest):
 			r.log.Warn("Event not written", "reason", e.Reason, "message", e.Message, "err", err)
 			return
 		}
@@ -164,39 +162,39 @@ func (r *Reporter) sendEvent(e queuedEvent) error {
 		patch, _ := json.Marshal(map[string]any{"series": map[string]any{
 			"count": count, "lastObservedTime": metav1.NewMicroTime(e.at),
 		}})
-		_, err := r.events.Patch(r.runCtx, s.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		err := r.c.Patch(r.runCtx, r.events+"/"+s.name, kubeapi.MergePatch, patch, managedBy(FieldManager, false), nil)
 		switch {
 		case err == nil:
 			s.count, s.last = count, e.at
 			return nil
-		case !apierrors.IsNotFound(err):
+		case !kubeapi.IsStatus(err, http.StatusNotFound):
 			return err
 		}
 		delete(r.series, key) // expired (the API server keeps events for an hour): a new one
 	}
-	obj, err := r.eventObject(ref, e)
-	if err != nil {
-		return err
-	}
 	// A create whose answer was lost is made again: better twice than
 	// never.
-	created, err := r.events.Create(r.runCtx, obj, metav1.CreateOptions{FieldManager: FieldManager})
-	if err != nil {
+	var created struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	if err := r.c.Create(r.runCtx, r.events, r.eventObject(ref, e), &created); err != nil {
 		return err
 	}
-	r.series[key] = &series{name: created.GetName(), count: 1, last: e.at}
+	r.series[key] = &series{name: created.Metadata.Name, count: 1, last: e.at}
 	return nil
 }
 
 // eventObject is e as an events.k8s.io/v1 Event about ref, related to the
 // runner's pod. The API server names it: events of the same moment must
 // not share a name.
-func (r *Reporter) eventObject(ref corev1.ObjectReference, e queuedEvent) (*unstructured.Unstructured, error) {
+func (r *Reporter) eventObject(ref corev1.ObjectReference, e queuedEvent) *eventsv1.Event {
 	typ := corev1.EventTypeNormal
 	if e.Warning {
 		typ = corev1.EventTypeWarning
 	}
-	ev := &eventsv1.Event{
+	return &eventsv1.Event{
 		TypeMeta:            metav1.TypeMeta{APIVersion: eventsv1.SchemeGroupVersion.String(), Kind: "Event"},
 		ObjectMeta:          metav1.ObjectMeta{GenerateName: ref.Name + "-", Namespace: r.namespace},
 		EventTime:           metav1.NewMicroTime(e.at),
@@ -209,11 +207,6 @@ func (r *Reporter) eventObject(ref corev1.ObjectReference, e queuedEvent) (*unst
 		Regarding:           ref,
 		Related:             &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: r.namespace, Name: r.pod},
 	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ev)
-	if err != nil {
-		return nil, fmt.Errorf("event %s: %w", e.Reason, err)
-	}
-	return &unstructured.Unstructured{Object: m}, nil
 }
 
 // truncate cuts s to at most n bytes, on a rune boundary, marking the cut.

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -18,18 +20,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
+	"github.com/vmop/vmop/pkg/kubeapi"
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
@@ -56,7 +52,7 @@ const (
 
 // ErrNotInCluster tells that the runner does not run in a pod, so there is
 // no VirtualMachine to report to.
-var ErrNotInCluster = rest.ErrNotInCluster
+var ErrNotInCluster = kubeapi.ErrNotInCluster
 
 // namespaceFile is where a pod finds its namespace.
 const namespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -104,11 +100,12 @@ type Reporter struct {
 	pod  string
 	log  *slog.Logger
 	opts options
-	vms  dynamic.ResourceInterface
-	// statefulSets is dynamic too: the typed clientset links every API
-	// group into the runner, which costs it megabytes of memory.
-	statefulSets dynamic.ResourceInterface
-	events       dynamic.ResourceInterface
+	// c is vmop's own API client: client-go would make up a quarter of
+	// the runner's binary, and so of its memory, in every VM's pod.
+	c *kubeapi.Client
+	// vm, scale and events are the API paths of the VirtualMachine, the
+	// StatefulSet's scale and the namespace's events.
+	vm, scale, events string
 
 	mu     sync.Mutex
 	latest runner.Status
@@ -150,7 +147,7 @@ var (
 
 // New returns a Reporter for the VirtualMachine namespace/vm and starts
 // its writers; Stop ends them. A nil log means slog.Default().
-func New(cfg *rest.Config, namespace, vm string, log *slog.Logger) (*Reporter, error) {
+func New(cfg *kubeapi.Config, namespace, vm string, log *slog.Logger) (*Reporter, error) {
 	return newReporter(cfg, namespace, vm, log, defaultOptions)
 }
 
@@ -167,8 +164,8 @@ func InCluster(vm string, log *slog.Logger) (*Reporter, error) {
 
 // InClusterConfig returns the pod's service account and namespace, or an
 // error that matches ErrNotInCluster outside a pod.
-func InClusterConfig() (*rest.Config, string, error) {
-	cfg, err := rest.InClusterConfig()
+func InClusterConfig() (*kubeapi.Config, string, error) {
+	cfg, err := kubeapi.InCluster()
 	if err != nil {
 		return nil, "", err
 	}
@@ -179,41 +176,42 @@ func InClusterConfig() (*rest.Config, string, error) {
 	return cfg, strings.TrimSpace(string(ns)), nil
 }
 
-func newReporter(cfg *rest.Config, namespace, vm string, log *slog.Logger, opts options) (*Reporter, error) {
+func newReporter(cfg *kubeapi.Config, namespace, vm string, log *slog.Logger, opts options) (*Reporter, error) {
 	if namespace == "" || vm == "" {
 		return nil, fmt.Errorf("status reporter: namespace (%q) and VM name (%q) are required", namespace, vm)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	cfg = rest.CopyConfig(cfg)
-	if cfg.Timeout == 0 {
-		// A hung request must not hold up Stop or a later status.
-		cfg.Timeout = 30 * time.Second
+	copied := *cfg
+	if copied.UserAgent == "" {
+		// Also names the field manager of the events it creates.
+		copied.UserAgent = "vm-runner/" + version.Get()
 	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "vm-runner/" + version.Get()
-	}
-	dc, err := dynamic.NewForConfig(cfg)
+	// Each request is bounded (kubeapi's timeout): a hung one must not
+	// hold up Stop or a later status.
+	c, err := kubeapi.New(&copied)
 	if err != nil {
 		return nil, fmt.Errorf("status reporter: %w", err)
 	}
+	gvr := v1.GroupVersionResource
 	r := &Reporter{
-		namespace:    namespace,
-		name:         vm,
-		log:          log.With("vm", namespace+"/"+vm),
-		opts:         opts,
-		vms:          dc.Resource(v1.GroupVersionResource).Namespace(namespace),
-		statefulSets: dc.Resource(appsv1.SchemeGroupVersion.WithResource("statefulsets")).Namespace(namespace),
-		events:       dc.Resource(eventsv1.SchemeGroupVersion.WithResource("events")).Namespace(namespace),
-		pod:          vm + "-0",
-		notify:       make(chan struct{}, 1),
-		stopping:     make(chan struct{}),
-		done:         make(chan struct{}),
-		eventQ:       make(chan queuedEvent, eventQueue),
-		eventsDone:   make(chan struct{}),
-		known:        make(chan struct{}),
-		series:       map[seriesKey]*series{},
+		namespace:  namespace,
+		name:       vm,
+		log:        log.With("vm", namespace+"/"+vm),
+		opts:       opts,
+		c:          c,
+		vm:         "/apis/" + gvr.Group + "/" + gvr.Version + "/namespaces/" + namespace + "/" + gvr.Resource + "/" + vm,
+		scale:      "/apis/apps/v1/namespaces/" + namespace + "/statefulsets/" + vm + "/scale",
+		events:     "/apis/events.k8s.io/v1/namespaces/" + namespace + "/events",
+		pod:        vm + "-0",
+		notify:     make(chan struct{}, 1),
+		stopping:   make(chan struct{}),
+		done:       make(chan struct{}),
+		eventQ:     make(chan queuedEvent, eventQueue),
+		eventsDone: make(chan struct{}),
+		known:      make(chan struct{}),
+		series:     map[seriesKey]*series{},
 	}
 	r.runCtx, r.cancel = context.WithCancel(context.Background())
 	go r.run()
@@ -279,17 +277,16 @@ func (r *Reporter) StopEvents(ctx context.Context) error {
 // like it to 0.
 func (r *Reporter) SetStopped(ctx context.Context) error {
 	patch := []byte(`{"spec":{"vm":{"state":"Stopped"}}}`)
-	_, err := r.vms.Patch(ctx, r.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	err := r.c.Patch(ctx, r.vm, kubeapi.MergePatch, patch, managedBy(FieldManager, false), nil)
 	if err == nil {
 		r.log.Info("Set the VirtualMachine's state to Stopped")
 		return nil
 	}
-	if !apierrors.IsNotFound(err) {
+	if !kubeapi.IsStatus(err, http.StatusNotFound) {
 		return fmt.Errorf("virtualmachine %s/%s: set spec.vm.state to Stopped: %w", r.namespace, r.name, err)
 	}
 	// A patch of the scale subresource: 0 whatever the current replicas.
-	_, err = r.statefulSets.Patch(ctx, r.name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`),
-		metav1.PatchOptions{FieldManager: FieldManager}, "scale")
+	err = r.c.Patch(ctx, r.scale, kubeapi.MergePatch, []byte(`{"spec":{"replicas":0}}`), managedBy(FieldManager, false), nil)
 	if err != nil {
 		return fmt.Errorf("statefulset %s/%s: scale to 0: %w", r.namespace, r.name, err)
 	}
@@ -342,16 +339,16 @@ func (r *Reporter) run() {
 // zero when only a new report needs another step.
 func (r *Reporter) step(ctx context.Context) time.Time {
 	if r.state != vmPresent {
-		vm, err := r.vms.Get(ctx, r.name, metav1.GetOptions{})
-		if err != nil {
+		var vm vmObject
+		if err := r.c.Get(ctx, r.vm, &vm); err != nil {
 			return r.failed(err, "read")
 		}
 		if r.state == vmAbsent {
 			r.log.Info("The VirtualMachine exists now; reporting its status")
 		}
 		r.state = vmPresent
-		r.setRegarding(r.vmRef(vm.GetUID()))
-		r.observe(vm)
+		r.setRegarding(r.vmRef(vm.Metadata.UID))
+		r.observe(&vm)
 	}
 	r.mu.Lock()
 	s, have := r.latest, r.have
@@ -359,13 +356,13 @@ func (r *Reporter) step(ctx context.Context) time.Time {
 	if !have || (r.written != nil && sameStatus(*r.written, s)) {
 		return time.Time{}
 	}
-	vm, err := r.vms.ApplyStatus(ctx, r.name, r.statusObject(s), metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
-	if err != nil {
+	var vm vmObject
+	if err := r.applyStatus(ctx, r.statusObject(s), FieldManager, &vm); err != nil {
 		return r.failed(err, "write status of")
 	}
 	r.written = &s
 	r.failures = 0
-	r.observe(vm)
+	r.observe(&vm)
 	r.log.Debug("Wrote the status", "running", s.Running, "booted", s.Booted, "cpus", s.CPUs, "ram", s.RAM)
 	return time.Time{}
 }
@@ -373,7 +370,7 @@ func (r *Reporter) step(ctx context.Context) time.Time {
 // failed logs err and tells when to try again: after a minute for a
 // missing VirtualMachine (GitOps mode has none), else with backoff.
 func (r *Reporter) failed(err error, what string) time.Time {
-	if apierrors.IsNotFound(err) {
+	if kubeapi.IsStatus(err, http.StatusNotFound) {
 		if r.state != vmAbsent {
 			r.log.Info("No VirtualMachine (GitOps mode?); the status is not reported, events regard the StatefulSet", "recheck", r.opts.absentRecheck)
 		}
@@ -389,7 +386,7 @@ func (r *Reporter) failed(err error, what string) time.Time {
 	d := r.backoff(r.failures)
 	r.failures++
 	attrs := []any{"err", err, "retry", d}
-	if apierrors.IsForbidden(err) {
+	if kubeapi.IsStatus(err, http.StatusForbidden) {
 		attrs = append(attrs, "hint", "the vm-runner service account needs the vm-runner Role")
 	}
 	r.log.Warn("Cannot "+what+" the VirtualMachine", attrs...)
@@ -439,38 +436,74 @@ func (r *Reporter) final() error {
 	}
 }
 
+// vmObject is what the reporter reads of a VirtualMachine.
+type vmObject struct {
+	Metadata struct {
+		UID        types.UID `json:"uid"`
+		Generation int64     `json:"generation"`
+	} `json:"metadata"`
+	Status struct {
+		// Conditions are decoded apart: one that does not decode must
+		// not keep the status from being written.
+		Conditions json.RawMessage `json:"conditions"`
+	} `json:"status"`
+}
+
 // observe takes the generation and conditions from a read or written VM.
-func (r *Reporter) observe(vm *unstructured.Unstructured) {
-	r.generation = vm.GetGeneration()
+func (r *Reporter) observe(vm *vmObject) {
+	r.generation = vm.Metadata.Generation
 	r.conditions = r.conditionsOf(vm)
 }
 
 // conditionsOf are a VM's conditions by type.
-func (r *Reporter) conditionsOf(vm *unstructured.Unstructured) map[string]metav1.Condition {
+func (r *Reporter) conditionsOf(vm *vmObject) map[string]metav1.Condition {
 	conds := map[string]metav1.Condition{}
-	raw, found, err := unstructured.NestedFieldNoCopy(vm.Object, "status")
-	if err != nil || !found {
+	if len(vm.Status.Conditions) == 0 {
 		return conds
 	}
-	m, ok := raw.(map[string]any)
-	if !ok {
+	var list []metav1.Condition
+	if err := json.Unmarshal(vm.Status.Conditions, &list); err != nil {
+		r.log.Warn("Cannot read the VirtualMachine's conditions", "err", err)
 		return conds
 	}
-	var st v1.VirtualMachineStatus
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &st); err != nil {
-		r.log.Warn("Cannot read the VirtualMachine's status", "err", err)
-		return conds
-	}
-	for _, c := range st.Conditions {
+	for _, c := range list {
 		conds[c.Type] = c
 	}
 	return conds
 }
 
-// statusObject is the apply configuration: only the fields the runner
-// owns, so that the operator's fields and conditions stay. A field left
-// out is removed, since the runner owned it before.
-func (r *Reporter) statusObject(s runner.Status) *unstructured.Unstructured {
+// applyStatus writes status, as manager's, to the VirtualMachine by a
+// server-side apply, and reads the VM it answers into vm unless nil.
+func (r *Reporter) applyStatus(ctx context.Context, status map[string]any, manager string, vm *vmObject) error {
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": v1.APIVersion,
+		"kind":       v1.Kind,
+		"metadata":   map[string]any{"name": r.name, "namespace": r.namespace},
+		"status":     status,
+	})
+	if err != nil {
+		return err
+	}
+	var into any // not a nil *vmObject
+	if vm != nil {
+		into = vm
+	}
+	return r.c.Patch(ctx, r.vm+"/status", kubeapi.ApplyPatch, body, managedBy(manager, true), into)
+}
+
+// managedBy is the query of a write by manager, forced for an apply.
+func managedBy(manager string, force bool) url.Values {
+	q := url.Values{"fieldManager": {manager}}
+	if force {
+		q.Set("force", "true")
+	}
+	return q
+}
+
+// statusObject is the status to apply: only the fields the runner owns,
+// so that the operator's fields and conditions stay. A field left out is
+// removed, since the runner owned it before.
+func (r *Reporter) statusObject(s runner.Status) map[string]any {
 	status := map[string]any{
 		"conditions":    r.conditionList(s),
 		"runnerVersion": version.Get(),
@@ -493,17 +526,7 @@ func (r *Reporter) statusObject(s runner.Status) *unstructured.Unstructured {
 	for k, v := range guestStatus(s.Guest) {
 		status[k] = v
 	}
-	return r.applyObject(status)
-}
-
-// applyObject is the VirtualMachine with status alone, for ApplyStatus.
-func (r *Reporter) applyObject(status map[string]any) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1.APIVersion,
-		"kind":       v1.Kind,
-		"metadata":   map[string]any{"name": r.name, "namespace": r.namespace},
-		"status":     status,
-	}}
+	return status
 }
 
 // guestStatus is what the guest agent told, in the status fields of

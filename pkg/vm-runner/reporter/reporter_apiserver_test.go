@@ -15,21 +15,21 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/vmop/vmop/pkg/api/v1"
 	"github.com/vmop/vmop/pkg/install"
+	"github.com/vmop/vmop/pkg/kubeapi"
 	"github.com/vmop/vmop/pkg/version"
 	"github.com/vmop/vmop/pkg/vm-runner/guestagent"
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/test/harness/syncbuffer"
+	"github.com/vmop/vmop/test/harness/testcluster"
 	"github.com/vmop/vmop/test/harness/vmtest"
 )
 
@@ -47,7 +47,7 @@ func testOptions() options {
 // env is what the subtests share: one cluster.
 type env struct {
 	t   *testing.T
-	cfg *rest.Config
+	cfg *kubeapi.Config
 	dyn dynamic.Interface
 	cs  *kubernetes.Clientset
 }
@@ -68,7 +68,7 @@ var guest = guestagent.Info{
 func TestReporter(t *testing.T) {
 	c := vmtest.NewCluster(t)
 	ctx := t.Context()
-	e := &env{t: t, cfg: c.Config, dyn: c.Dyn}
+	e := &env{t: t, cfg: c.APIConfig, dyn: c.Dyn}
 	var err error
 	e.cs, err = kubernetes.NewForConfig(c.Config)
 	require.NoError(t, err)
@@ -308,7 +308,7 @@ func TestReporter(t *testing.T) {
 		// Neither a VirtualMachine nor a StatefulSet: an error, no panic.
 		err := r.SetStopped(ctx)
 		require.Error(t, err)
-		require.True(t, apierrors.IsNotFound(err), "%v", err)
+		require.True(t, kubeapi.IsStatus(err, http.StatusNotFound), "%v", err)
 	})
 
 	t.Run("a VirtualMachine created later gets the status", func(t *testing.T) {
@@ -342,15 +342,14 @@ func TestReporter(t *testing.T) {
 
 	t.Run("forbidden requests are logged, not fatal", func(t *testing.T) {
 		e.createVM(t, "default", "forbidden")
-		cfg := rest.CopyConfig(e.cfg)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: "nobody"}
+		cfg := testcluster.Impersonate(e.cfg, "nobody")
 		logs := &logBuffer{}
 		r := e.reporter(t, cfg, "default", "forbidden", logs, testOptions())
 		r.Report(ctx, runner.Status{Running: true, CPUs: 1})
 		require.Eventually(t, func() bool { return logs.count("forbidden") >= 2 }, 10*time.Second, 20*time.Millisecond,
 			"retries with backoff: %s", logs.String())
 		err := r.SetStopped(ctx)
-		require.True(t, apierrors.IsForbidden(err), "%v", err)
+		require.True(t, kubeapi.IsStatus(err, http.StatusForbidden), "%v", err)
 		stopCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		require.Error(t, r.Stop(stopCtx))
@@ -427,10 +426,10 @@ func TestReporter(t *testing.T) {
 	})
 
 	t.Run("an unreachable API server: events queue up to a bound, Stop gives up at its deadline", func(t *testing.T) {
-		cfg := rest.CopyConfig(e.cfg)
-		cfg.Host = "https://127.0.0.1:1" // nothing listens
+		cfg := *e.cfg
+		cfg.Server = "https://127.0.0.1:1" // nothing listens
 		logs := &logBuffer{}
-		r := e.reporter(t, cfg, "default", "unreachable", logs, testOptions())
+		r := e.reporter(t, &cfg, "default", "unreachable", logs, testOptions())
 		const n = 100
 		start := time.Now()
 		for range n {
@@ -471,16 +470,14 @@ func TestReporter(t *testing.T) {
 		_, err = e.cs.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{})
 		require.NoError(t, err)
 
-		cfg := rest.CopyConfig(e.cfg)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + account.Name}
+		cfg := testcluster.Impersonate(e.cfg, "system:serviceaccount:"+ns+":"+account.Name)
 		e.createVM(t, ns, "vm")
 		e.createStatefulSet(t, ns, "gitops")
 		// RBAC takes a moment to see a new binding.
-		sa, err := dynamic.NewForConfig(cfg)
+		sa, err := kubeapi.New(cfg)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
-			_, err := sa.Resource(v1.GroupVersionResource).Namespace(ns).Get(ctx, "vm", metav1.GetOptions{})
-			return err == nil
+			return sa.Get(ctx, "/apis/vmoperator.jdrupes.org/v1/namespaces/"+ns+"/vms/vm", nil) == nil
 		}, 10*time.Second, 50*time.Millisecond)
 
 		logs := &logBuffer{}
@@ -524,7 +521,7 @@ func TestInClusterOutsideAPod(t *testing.T) {
 }
 
 // reporter starts a Reporter that the test stops.
-func (e *env) reporter(t *testing.T, cfg *rest.Config, ns, name string, logs *logBuffer, opts options) *Reporter {
+func (e *env) reporter(t *testing.T, cfg *kubeapi.Config, ns, name string, logs *logBuffer, opts options) *Reporter {
 	t.Helper()
 	if logs == nil {
 		logs = &logBuffer{}
@@ -657,21 +654,10 @@ func requireLTT(t *testing.T, st *v1.VirtualMachineStatus, typ string, want time
 
 // counting returns a copy of cfg whose requests are counted by method
 // and path.
-func counting(cfg *rest.Config) (*rest.Config, *requestCounts) {
+func counting(cfg *kubeapi.Config) (*kubeapi.Config, *requestCounts) {
 	counts := &requestCounts{n: map[string]int{}}
-	cfg = rest.CopyConfig(cfg)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			counts.add(req.Method + " " + req.URL.Path)
-			return rt.RoundTrip(req)
-		})
-	})
-	return cfg, counts
+	return testcluster.WrapTransport(cfg, func(req *http.Request) { counts.add(req.Method + " " + req.URL.Path) }), counts
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 type requestCounts struct {
 	mu sync.Mutex

@@ -2,15 +2,18 @@ package runner
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/template"
 
 	"github.com/vmop/vmop/pkg/podnet"
 	"github.com/vmop/vmop/pkg/runnerconfig"
-	"github.com/vmop/vmop/pkg/vm-runner/runner/templates"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 )
 
@@ -133,52 +136,47 @@ func smp(vm *runnerconfig.VM) string {
 	return s
 }
 
-var funcs = template.FuncMap{
-	// opt makes a value safe inside a qemu option list.
-	"opt":   func(s string) string { return strings.ReplaceAll(s, ",", ",,") },
-	"mib":   func(s runnerconfig.Size) int64 { return s.Bytes >> 20 },
-	"deref": func(p *int32) int32 { return *p },
-	"seq":   func(n int32) []struct{} { return make([]struct{}, max(n, 0)) },
+// TemplateRequest is what the runner sends vm-runner-template (package
+// expand) on its stdin: the template to execute for Machine.
+type TemplateRequest struct {
+	Template string   `json:"template"`
+	Dirs     []string `json:"dirs"`
+	Machine  *Machine `json:"machine"`
 }
 
-// Template is a parsed command template.
-type Template struct {
-	t      *template.Template
-	source string
-}
+// TemplateHelper is the program that executes the command templates.
+const TemplateHelper = "vm-runner-template"
 
-// LoadTemplate reads the template name (the standard one when empty),
-// preferring the override directories.
-func LoadTemplate(name string, dirs ...string) (*Template, error) {
-	text, source, err := templates.Read(name, dirs...)
-	if err != nil {
-		return nil, err
+// ExpandTemplate has helper (vm-runner-template; empty: the one beside
+// this program, else on PATH) execute the template name (the standard
+// one when empty), preferring the override directories, for m, and
+// returns qemu's arguments. The helper is a process of its own: package
+// expand says why.
+func ExpandTemplate(ctx context.Context, helper, name string, dirs []string, m *Machine) ([]string, error) {
+	if helper == "" {
+		helper = TemplateHelper
+		if exe, err := os.Executable(); err == nil {
+			if beside := filepath.Join(filepath.Dir(exe), TemplateHelper); exists(beside) {
+				helper = beside
+			}
+		}
 	}
-	t, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(string(text))
+	in, err := json.Marshal(TemplateRequest{Template: name, Dirs: dirs, Machine: m})
 	if err != nil {
-		return nil, fmt.Errorf("template %s: %w", source, err)
+		return nil, fmt.Errorf("the machine for the template: %w", err)
 	}
-	return &Template{t: t, source: source}, nil
-}
-
-// Args executes the template for a machine and splits its lines into
-// qemu's arguments.
-func (t *Template) Args(m *Machine) ([]string, error) {
-	var out bytes.Buffer
-	if err := t.t.Execute(&out, m); err != nil {
-		return nil, fmt.Errorf("template %s: %w", t.source, err)
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, helper)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &out, &errOut
+	if err := cmd.Run(); err != nil {
+		if msg := strings.TrimSpace(errOut.String()); msg != "" {
+			return nil, errors.New(msg)
+		}
+		return nil, fmt.Errorf("%s (the qemu command's template): %w", helper, err)
 	}
 	var args []string
-	for line := range strings.Lines(out.String()) {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		opt, value, ok := strings.Cut(line, " ")
-		args = append(args, opt)
-		if ok {
-			args = append(args, strings.TrimSpace(value))
-		}
+	if err := json.Unmarshal(out.Bytes(), &args); err != nil {
+		return nil, fmt.Errorf("%s: its answer: %w", helper, err)
 	}
 	return args, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/vmop/vmop/pkg/runnerconfig"
 	"github.com/vmop/vmop/pkg/vmpod"
 	"github.com/vmop/vmop/test/harness/prereq"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -55,10 +56,10 @@ func exampleConfigs(t *testing.T) map[string]*runnerconfig.Config {
 }
 
 // TestCommandGolden pins the qemu command of every example VM, for a host
-// with KVM and Debian's firmware.
+// with KVM and Debian's firmware, as vm-runner-template makes it from the
+// machine the runner sends.
 func TestCommandGolden(t *testing.T) {
-	tmpl, err := LoadTemplate("")
-	require.NoError(t, err)
+	helper := vmopbin.Build(t, TemplateHelper)
 	for name, c := range exampleConfigs(t) {
 		t.Run(name, func(t *testing.T) {
 			fw := Firmware{}
@@ -74,7 +75,7 @@ func TestCommandGolden(t *testing.T) {
 			}
 			m.CloudInitISO = "/run/vmrunner/" + c.VM.Name + "/cloud-init.iso"
 			m.Ticketing = true
-			args, err := tmpl.Args(m)
+			args, err := ExpandTemplate(t.Context(), helper, "", nil, m)
 			require.NoError(t, err)
 			got := strings.Join(args, "\n") + "\n"
 			golden := filepath.Join("testdata", "command", name+".txt")
@@ -130,8 +131,7 @@ func TestFirmwareVarsOfAnotherBuild(t *testing.T) {
 // TestPodNetworkCommand: a pod network's NIC is the tap the runner made,
 // with the MAC its DHCP server answers.
 func TestPodNetworkCommand(t *testing.T) {
-	tmpl, err := LoadTemplate("")
-	require.NoError(t, err)
+	helper := vmopbin.Build(t, TemplateHelper)
 	c, err := runnerconfig.Parse([]byte(`"/Runner":
   vm:
     name: server
@@ -140,7 +140,7 @@ func TestPodNetworkCommand(t *testing.T) {
     - type: user
 `))
 	require.NoError(t, err)
-	args, err := tmpl.Args(NewMachine(&c.VM, "00000000-0000-4000-8000-000000000001", false, Firmware{}, "/run/vmrunner/server",
+	args, err := ExpandTemplate(t.Context(), helper, "", nil, NewMachine(&c.VM, "00000000-0000-4000-8000-000000000001", false, Firmware{}, "/run/vmrunner/server",
 		func(string) bool { return false }))
 	require.NoError(t, err)
 	cmd := strings.Join(args, " ")
@@ -154,12 +154,11 @@ func TestPodNetworkCommand(t *testing.T) {
 // its writes: what the guest fsynced survives a crash of the node, and a
 // full volume loses nothing (docs/operator.md).
 func TestDisksKeepWhatTheGuestFlushed(t *testing.T) {
-	tmpl, err := LoadTemplate("")
-	require.NoError(t, err)
+	helper := vmopbin.Build(t, TemplateHelper)
 	for name, c := range exampleConfigs(t) {
 		m := NewMachine(&c.VM, "00000000-0000-4000-8000-000000000001", true, Firmware{}, "/run/vmrunner",
 			func(p string) bool { return strings.HasPrefix(p, "/dev/") })
-		args, err := tmpl.Args(m)
+		args, err := ExpandTemplate(t.Context(), helper, "", nil, m)
 		require.NoError(t, err)
 		disks := 0
 		for _, a := range args {
@@ -172,4 +171,22 @@ func TestDisksKeepWhatTheGuestFlushed(t *testing.T) {
 		}
 		require.Len(t, m.Disks, disks, "%s: a virtio-blk device per disk", name)
 	}
+}
+
+// TestExpandTemplateErrors: what vm-runner-template says is wrong is the
+// error, which the runner reports; a helper that is not there is named.
+func TestExpandTemplateErrors(t *testing.T) {
+	c, err := runnerconfig.Parse([]byte("\"/Runner\":\n  vm:\n    name: t\n"))
+	require.NoError(t, err)
+	m := NewMachine(&c.VM, "00000000-0000-4000-8000-000000000001", false, Firmware{}, "/run/vmrunner/t", func(string) bool { return false })
+	dir := t.TempDir()
+	path := filepath.Join(dir, v1.StandardTemplate)
+	require.NoError(t, os.WriteFile(path, []byte("-name {{.Nme}}\n"), 0o644))
+	_, err = ExpandTemplate(t.Context(), vmopbin.Build(t, TemplateHelper), "", []string{dir}, m)
+	require.ErrorContains(t, err, "template "+path+": ")
+	require.ErrorContains(t, err, "Nme")
+
+	missing := filepath.Join(dir, TemplateHelper)
+	_, err = ExpandTemplate(t.Context(), missing, "", nil, m)
+	require.ErrorContains(t, err, missing+" (the qemu command's template): ")
 }

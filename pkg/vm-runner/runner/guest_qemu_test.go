@@ -23,6 +23,7 @@ import (
 	"github.com/vmop/vmop/pkg/vm-runner/runner"
 	"github.com/vmop/vmop/pkg/vm-runner/serialconsole"
 	"github.com/vmop/vmop/test/harness/testguest"
+	"github.com/vmop/vmop/test/harness/vmopbin"
 )
 
 // guestVM is a VM that boots the tiny Linux test guest: it onlines
@@ -144,7 +145,8 @@ func (s *stopRecorder) SetStopped(context.Context) error {
 func TestGuestShutdownStops(t *testing.T) {
 	v := newGuestVM(t, guestVM)
 	v.writeFile("config.yaml", strings.Replace(readFile(t, v.config), `"/Runner":`, "\"/Runner\":\n  guestShutdownStops: true", 1))
-	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")}})
+	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")},
+		TemplateHelper: vmopbin.Build(t, runner.TemplateHelper)})
 	require.NoError(t, err)
 	rec := &stopRecorder{stopped: make(chan struct{})}
 	r.UseReporter(rec)

@@ -41,6 +41,9 @@ type Options struct {
 	ConfigFile string
 	// TemplateDirs may hold templates that replace the embedded ones.
 	TemplateDirs []string
+	// TemplateHelper is vm-runner-template (ExpandTemplate); empty: the
+	// one beside the runner, else on PATH.
+	TemplateHelper string
 	// Qemu and Swtpm are the programs; found on PATH when empty.
 	Qemu, Swtpm string
 	Logger      *slog.Logger
@@ -283,10 +286,6 @@ func (r *Runner) launch(ctx context.Context) error {
 		}
 	}
 	kvm := c.VM.Accelerator != "tcg" && c.VM.Accelerator != "none" && kvm.Usable() == nil
-	tmpl, err := LoadTemplate(c.Template, append(r.opts.TemplateDirs, "/opt/vmrunner/templates")...)
-	if err != nil {
-		return err
-	}
 	m := NewMachine(&c.VM, id, kvm, fw, r.runtimeDir, isBlockDevice)
 	if r.opts.SpiceAddress != "" {
 		m.SpiceAddress = r.opts.SpiceAddress
@@ -318,7 +317,7 @@ func (r *Runner) launch(ctx context.Context) error {
 	if err := r.servePodNetwork(ctx); err != nil {
 		return &ExitError{Code: runnerconfig.ExitNetwork, Err: err}
 	}
-	args, err := tmpl.Args(m)
+	args, err := ExpandTemplate(ctx, r.opts.TemplateHelper, c.Template, append(r.opts.TemplateDirs, "/opt/vmrunner/templates"), m)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ import (
 // would, with signals and exit codes; the unit tests never build it.
 func vmRunner(t testing.TB) string {
 	t.Helper()
+	vmopbin.Build(t, runner.TemplateHelper) // found beside the runner
 	return vmopbin.Build(t, "vm-runner")
 }
 
@@ -524,7 +525,8 @@ func readFile(t *testing.T, path string) string {
 // result.
 func (v *vm) runInProcess(rec runner.Reporter, set ...func(*runner.Runner)) (<-chan error, func()) {
 	v.t.Helper()
-	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")}})
+	r, err := runner.New(runner.Options{ConfigFile: v.config, TemplateDirs: []string{filepath.Join(v.dir, "templates")},
+		TemplateHelper: vmopbin.Build(v.t, runner.TemplateHelper)})
 	require.NoError(v.t, err)
 	r.UseReporter(rec)
 	for _, s := range set {

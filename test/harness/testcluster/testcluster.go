@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/vmop/vmop/pkg/kubeapi"
 	"github.com/vmop/vmop/test/harness/eventually"
 	"github.com/vmop/vmop/test/harness/freeport"
 	"github.com/vmop/vmop/test/harness/prereq"
@@ -77,6 +78,8 @@ type Cluster struct {
 	BinDir string
 	// Config reaches the API server as a member of system:masters.
 	Config *rest.Config
+	// APIConfig is Config for vmop's own client (pkg/kubeapi).
+	APIConfig *kubeapi.Config
 	// Kubeconfig is a file for kubectl with the same credentials.
 	Kubeconfig string
 	// Etcd and APIServer are the running processes; ControllerManager and
@@ -281,6 +284,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options) error {
 		QPS:             100,
 		Burst:           200,
 	}
+	c.APIConfig = &kubeapi.Config{Server: host, Token: token, CAData: caData}
 	if c.client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return err
 	}

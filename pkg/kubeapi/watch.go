@@ -59,16 +59,14 @@ func Watch[T any](ctx context.Context, c *Client, path string, query url.Values,
 	failed := "" // the last failure logged, not to log it again
 	for {
 		rv, err := list(ctx, c, path, query, h)
-		for err == nil {
-			var works bool
-			rv, works, err = watch(ctx, c, path, query, rv, h)
-			if works {
+		if err == nil {
+			err = follow(ctx, c, path, query, rv, h, func() {
 				delay = minBackoff
 				if failed != "" {
 					log.Info("watch works again", "path", path)
 					failed = ""
 				}
-			}
+			})
 		}
 		var st *StatusError
 		switch {
@@ -88,12 +86,47 @@ func Watch[T any](ctx context.Context, c *Client, path string, query url.Values,
 	}
 }
 
+// Follow passes the changes of the collection at path (query selects
+// them; fieldSelector metadata.name=NAME follows one object) from
+// resourceVersion rv on to apply, watching again where it was when the
+// API server ends a watch. It returns when ctx ends (nil) or a watch
+// fails: a *StatusError with code 410 when rv is too old, and the caller
+// reads the object again.
+func Follow[T any](ctx context.Context, c *Client, path string, query url.Values, rv string, apply func(EventType, T)) error {
+	return follow(ctx, c, path, query, rv, applyFunc[T](apply), func() {})
+}
+
+// applyFunc is a Handler of changes alone.
+type applyFunc[T any] func(EventType, T)
+
+func (f applyFunc[T]) Replace([]T)                {}
+func (f applyFunc[T]) Apply(typ EventType, obj T) { f(typ, obj) }
+
+// follow watches from rv until ctx ends or a watch fails, calling works
+// each time a watch worked.
+func follow[T any](ctx context.Context, c *Client, path string, query url.Values, rv string, h Handler[T], works func()) error {
+	for {
+		var ok bool
+		var err error
+		rv, ok, err = watch(ctx, c, path, query, rv, h)
+		if ok {
+			works()
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil //nolint:nilerr // the end of ctx is no failure, whatever the watch says
+		case err != nil:
+			return err
+		}
+	}
+}
+
 // list gets all objects, passes them to h.Replace and returns the list's
 // resourceVersion. It decodes the list as a stream, an item at a time.
 func list[T any](ctx context.Context, c *Client, path string, query url.Values, h Handler[T]) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodGet, path, query, nil)
+	resp, err := c.do(ctx, http.MethodGet, path, query, "", nil)
 	if err != nil {
 		return "", fmt.Errorf("list %s: %w", path, err)
 	}
@@ -188,7 +221,7 @@ func watch[T any](ctx context.Context, c *Client, path string, query url.Values,
 	q.Set("timeoutSeconds", strconv.Itoa(int(watchTimeout.Seconds())))
 	ctx, cancel := context.WithTimeout(ctx, watchTimeout+watchGrace)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodGet, path, q, nil)
+	resp, err := c.do(ctx, http.MethodGet, path, q, "", nil)
 	if err != nil {
 		return rv, false, fmt.Errorf("watch %s: %w", path, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -298,17 +299,63 @@ func TestCreate(t *testing.T) {
 	c, err := New(cfg)
 	require.NoError(t, err)
 	const path = "/apis/events.k8s.io/v1/namespaces/ns/events"
-	require.NoError(t, c.Create(t.Context(), path, map[string]string{"note": "ok"}))
+	var created struct {
+		Metadata struct{ Name string } `json:"metadata"`
+	}
+	require.NoError(t, c.Create(t.Context(), path, map[string]string{"note": "ok"}, &created))
+	assert.Equal(t, "e", created.Metadata.Name, "the echo is decoded")
+	require.NoError(t, c.Create(t.Context(), path, map[string]string{"note": "ok"}, nil))
 
-	err = c.Create(t.Context(), path, map[string]string{"note": "invalid"})
+	err = c.Create(t.Context(), path, map[string]string{"note": "invalid"}, nil)
 	var st *StatusError
 	require.ErrorAs(t, err, &st)
 	assert.Equal(t, StatusError{Code: 422, Reason: "Invalid", Message: `Event.events.k8s.io "e" is invalid: reason: Required value`}, *st)
 	assert.Contains(t, err.Error(), "is invalid: reason: Required value")
+	assert.True(t, IsStatus(err, http.StatusUnprocessableEntity))
+	assert.False(t, IsStatus(err, http.StatusNotFound))
 
-	err = c.Create(t.Context(), path, map[string]string{"note": "proxy"})
+	err = c.Create(t.Context(), path, map[string]string{"note": "proxy"}, nil)
 	require.ErrorAs(t, err, &st)
 	assert.Equal(t, http.StatusServiceUnavailable, st.Code)
+}
+
+// Get decodes the object; Patch sends its media type and query, and
+// decodes the answer; a 404 is a StatusError.
+func TestGetAndPatch(t *testing.T) {
+	const path = "/apis/vmoperator.jdrupes.org/v1/namespaces/ns/vms/vm"
+	var rec record
+	cfg := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rec.add("%s %s?%s %s %s", r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Content-Type"), body)
+		if r.URL.Path != path && r.URL.Path != path+"/status" {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"kind":"Status","status":"Failure","message":"vms \"x\" not found","reason":"NotFound","code":404}`)
+			return
+		}
+		fmt.Fprint(w, `{"kind":"VirtualMachine","metadata":{"name":"vm","generation":3}}`)
+	})
+	c, err := New(cfg)
+	require.NoError(t, err)
+	var vm struct {
+		Metadata struct{ Generation int64 } `json:"metadata"`
+	}
+	require.NoError(t, c.Get(t.Context(), path, &vm))
+	assert.EqualValues(t, 3, vm.Metadata.Generation)
+
+	vm.Metadata.Generation = 0
+	query := url.Values{"fieldManager": {"m"}, "force": {"true"}}
+	require.NoError(t, c.Patch(t.Context(), path+"/status", ApplyPatch, []byte(`{"status":{}}`), query, &vm))
+	assert.EqualValues(t, 3, vm.Metadata.Generation)
+	require.NoError(t, c.Patch(t.Context(), path, MergePatch, []byte(`{"spec":{}}`), nil, nil))
+
+	err = c.Get(t.Context(), "/apis/vmoperator.jdrupes.org/v1/namespaces/ns/vms/x", nil)
+	assert.True(t, IsStatus(err, http.StatusNotFound), "%v", err)
+	assert.Equal(t, []string{
+		"GET " + path + "?  ",
+		"PATCH " + path + "/status?fieldManager=m&force=true application/apply-patch+yaml {\"status\":{}}",
+		"PATCH " + path + "? application/merge-patch+json {\"spec\":{}}",
+		"GET /apis/vmoperator.jdrupes.org/v1/namespaces/ns/vms/x?  ",
+	}, rec.get())
 }
 
 // The token file is read again after a minute, and at once on a 401: the
@@ -337,7 +384,7 @@ func TestTokenFile(t *testing.T) {
 	write("a")
 	c, err := New(cfg)
 	require.NoError(t, err)
-	create := func() error { return c.Create(t.Context(), "/api/v1/namespaces/ns/events", struct{}{}) }
+	create := func() error { return c.Create(t.Context(), "/api/v1/namespaces/ns/events", struct{}{}, nil) }
 
 	require.NoError(t, create())
 	write("b")

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/vmop/vmop/pkg/vm-node/kubeapi"
+	"github.com/vmop/vmop/pkg/kubeapi"
 	"github.com/vmop/vmop/test/harness/testcluster"
 )
 
@@ -120,7 +120,7 @@ func TestOnAPIServer(t *testing.T) {
 			"kind": "Pod", "apiVersion": "v1", "namespace": "default", "name": created.Name, "uid": string(created.UID),
 		},
 	}
-	require.NoError(t, client.Create(ctx, "/apis/events.k8s.io/v1/namespaces/default/events", event))
+	require.NoError(t, client.Create(ctx, "/apis/events.k8s.io/v1/namespaces/default/events", event, nil))
 	events, err := cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, events.Items, 1)
@@ -132,7 +132,7 @@ func TestOnAPIServer(t *testing.T) {
 
 	// A refusal says why.
 	delete(event, "reason")
-	err = client.Create(ctx, "/apis/events.k8s.io/v1/namespaces/default/events", event)
+	err = client.Create(ctx, "/apis/events.k8s.io/v1/namespaces/default/events", event, nil)
 	var st *kubeapi.StatusError
 	require.ErrorAs(t, err, &st)
 	assert.Equal(t, 422, st.Code)

@@ -1,7 +1,9 @@
-// Package kubeapi is the node agent's own small client of the Kubernetes
-// API: list and watch a collection, create an object. It stands in for
-// client-go and k8s.io/api, whose code would make up most of the agent's
-// binary and so of its resident memory, and it imports nothing of
+// Package kubeapi is vmop's own small client of the Kubernetes API, for
+// the programs that run beside every VM (vm-node on each node, vm-runner
+// in each VM's pod): list and watch a collection, get, create and patch
+// an object. It stands in for client-go, whose code (with the protobuf
+// methods of every API type it keeps) would make up most of their
+// binaries and so of their resident memory, and it imports nothing of
 // k8s.io: callers decode objects into their own structs with only the
 // fields they need.
 package kubeapi
@@ -10,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -28,7 +31,13 @@ type Config struct {
 	TokenFile         string
 	CertData, KeyData []byte // PEM client certificate and key
 	UserAgent         string
+	// WrapTransport, if set, wraps the transport: tests count requests
+	// or act as another user with it.
+	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
+
+// ErrNotInCluster is InCluster's error outside a pod.
+var ErrNotInCluster = errors.New("not running in a Kubernetes pod")
 
 // serviceAccountDir is where the kubelet mounts a pod's service account.
 const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -39,7 +48,7 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 func InCluster() (*Config, error) {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
-		return nil, errors.New("not running in a Kubernetes pod: $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT are not set (use a kubeconfig)")
+		return nil, fmt.Errorf("%w: $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT are not set (use a kubeconfig)", ErrNotInCluster)
 	}
 	tokenFile := filepath.Join(serviceAccountDir, "token")
 	if _, err := os.Stat(tokenFile); err != nil {

@@ -66,9 +66,13 @@ func New(cfg *Config) (*Client, error) {
 	// it) is closed in under a minute rather than failing every request
 	// until the kernel gives up on it.
 	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second}
+	var rt http.RoundTripper = tr
+	if cfg.WrapTransport != nil {
+		rt = cfg.WrapTransport(rt)
+	}
 	return &Client{
 		server:    strings.TrimSuffix(cfg.Server, "/"),
-		http:      &http.Client{Transport: tr},
+		http:      &http.Client{Transport: rt},
 		userAgent: cfg.UserAgent,
 		token:     &token{file: cfg.TokenFile, value: cfg.Token},
 	}, nil
@@ -90,28 +94,70 @@ func (e *StatusError) Error() string {
 }
 
 // Create POSTs obj as JSON to path, a collection such as
-// /apis/events.k8s.io/v1/namespaces/NS/events. A refusal is a *StatusError.
-func (c *Client) Create(ctx context.Context, path string, obj any) error {
+// /apis/events.k8s.io/v1/namespaces/NS/events, and decodes the created
+// object into into unless it is nil. A refusal is a *StatusError.
+func (c *Client) Create(ctx context.Context, path string, obj, into any) error {
 	body, err := json.Marshal(obj)
 	if err != nil {
 		return err
 	}
+	return c.request(ctx, http.MethodPost, path, nil, "application/json", body, into)
+}
+
+// Get decodes the object at path into into.
+func (c *Client) Get(ctx context.Context, path string, into any) error {
+	return c.request(ctx, http.MethodGet, path, nil, "", nil, into)
+}
+
+// PatchType is a patch's media type.
+type PatchType string
+
+// The patches that Patch sends.
+const (
+	// MergePatch is a JSON merge patch (RFC 7386).
+	MergePatch PatchType = "application/merge-patch+json"
+	// ApplyPatch is a server-side apply; query needs a fieldManager.
+	ApplyPatch PatchType = "application/apply-patch+yaml"
+)
+
+// Patch sends patch to the object at path, with query (fieldManager,
+// force), and decodes the patched object into into unless it is nil.
+func (c *Client) Patch(ctx context.Context, path string, typ PatchType, patch []byte, query url.Values, into any) error {
+	return c.request(ctx, http.MethodPatch, path, query, string(typ), patch, into)
+}
+
+// request makes a request other than a watch, bounded by requestTimeout,
+// and decodes the answer into into, or reads it to its end (so that the
+// connection is reused) when into is nil.
+func (c *Client) request(ctx context.Context, method, path string, query url.Values, contentType string, body []byte, into any) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodPost, path, nil, body)
+	resp, err := c.do(ctx, method, path, query, contentType, body)
 	if err != nil {
-		return fmt.Errorf("create in %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
-	// Read the echo of the object, so that the connection is reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxStatusSize))
+	if into == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxStatusSize))
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		return fmt.Errorf("%s %s: the answer: %w", method, path, err)
+	}
 	return nil
+}
+
+// IsStatus tells whether err is the API server's answer with the HTTP
+// status code (404 not found, 403 forbidden, 410 gone, ...).
+func IsStatus(err error, code int) bool {
+	var st *StatusError
+	return errors.As(err, &st) && st.Code == code
 }
 
 // do sends a request and returns its response if it is a success (2xx),
 // else a *StatusError or the error of the transport. It retries once on a
 // 401 if the token file holds a new token.
-func (c *Client) do(ctx context.Context, method, path string, query url.Values, body []byte) (*http.Response, error) {
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, contentType string, body []byte) (*http.Response, error) {
 	u := c.server + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -126,8 +172,8 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			return nil, err
 		}
 		req.Header.Set("Accept", "application/json")
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
 		}
 		if c.userAgent != "" {
 			req.Header.Set("User-Agent", c.userAgent)
