@@ -2,12 +2,13 @@ package vmclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,6 +49,10 @@ const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io"
 // many namespaces, whole VMs in one request cost less.
 const maxSummaryNamespaces = 200
 
+// errWholeVMs tells listSummaries' requests apart that found a namespace
+// whose VMs only whole VMs describe.
+var errWholeVMs = errors.New("whole VMs needed")
+
 // listSummaries reads the VMs of ns, or of every namespace, as their
 // printer columns. It returns false, and no VMs, when only whole VMs tell
 // what list shows: the CRD lacks a column of summaryColumns (an older
@@ -65,29 +70,30 @@ func (c *Client) listSummaries(ctx context.Context, ns string) ([]*VM, bool, err
 	if err != nil {
 		return nil, false, err
 	}
-	type result struct {
-		vms []*VM
-		ok  bool
-		err error
-	}
-	results := make([]result, len(nss.Items))
-	var wg sync.WaitGroup
-	limit := make(chan struct{}, 16)
+	// The first namespace that needs whole VMs, or fails, cancels the
+	// requests for the others: its answer is the list's.
+	results := make([][]*VM, len(nss.Items))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
 	for i, n := range nss.Items {
-		wg.Go(func() {
-			limit <- struct{}{}
-			defer func() { <-limit }()
-			r := &results[i]
-			r.vms, r.ok, r.err = c.summariesIn(ctx, n.Name)
+		g.Go(func() error {
+			vms, ok, err := c.summariesIn(gctx, n.Name)
+			if err == nil && !ok {
+				err = errWholeVMs
+			}
+			results[i] = vms
+			return err
 		})
 	}
-	wg.Wait()
+	if err := g.Wait(); err != nil {
+		if errors.Is(err, errWholeVMs) {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
 	var vms []*VM
 	for _, r := range results {
-		if r.err != nil || !r.ok {
-			return nil, false, r.err
-		}
-		vms = append(vms, r.vms...)
+		vms = append(vms, r...)
 	}
 	return vms, true, nil
 }
