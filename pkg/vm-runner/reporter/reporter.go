@@ -100,8 +100,8 @@ type Reporter struct {
 	pod  string
 	log  *slog.Logger
 	opts options
-	// c is vmop's own API client: client-go would make up a quarter of
-	// the runner's binary, and so of its memory, in every VM's pod.
+	// c is vmop's own API client: client-go would add 2 MB to the
+	// runner's binary, and so to its memory, in every VM's pod.
 	c *kubeapi.Client
 	// vm, scale and events are the API paths of the VirtualMachine, the
 	// StatefulSet's scale and the namespace's events.
