@@ -4,8 +4,8 @@
 // start of qemu, so that vm-runner, which lives as long as its VM, does
 // not link text/template: a reachable call of reflect's MethodByName, as
 // text/template makes, has the Go linker keep every exported method of
-// every type in an interface, which was 6 MB of the runner's 20 and, as
-// pages of its binary, as much of the memory of every VM's pod.
+// every type in an interface, which was 6 MB of the runner's 20 and 2 MiB
+// of its memory in every VM's pod.
 package expand
 
 import (
