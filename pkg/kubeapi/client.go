@@ -57,16 +57,7 @@ func New(cfg *Config) (*Client, error) {
 		}
 		tlsConf.Certificates = []tls.Certificate{cert}
 	}
-	// The default transport's proxy from the environment, timeouts and
-	// HTTP/2 attempt, as client-go's.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = tlsConf
-	// HTTP/2 multiplexes all requests on one connection: ping it when
-	// silent, so that a dead one (a gone load balancer, a NAT that forgot
-	// it) is closed in under a minute rather than failing every request
-	// until the kernel gives up on it.
-	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second}
-	var rt http.RoundTripper = tr
+	var rt http.RoundTripper = sharedTransport(tlsConf, cfg)
 	if cfg.WrapTransport != nil {
 		rt = cfg.WrapTransport(rt)
 	}
@@ -76,6 +67,41 @@ func New(cfg *Config) (*Client, error) {
 		userAgent: cfg.UserAgent,
 		token:     &token{file: cfg.TokenFile, value: cfg.Token},
 	}, nil
+}
+
+// transports are shared by the clients of the same TLS settings, so that
+// they share a connection, as client-go's transport cache does: the
+// runner's status reporter and its config watch make one, not two.
+var (
+	transportsMu sync.Mutex
+	transports   = map[tlsKey]*http.Transport{}
+)
+
+// tlsKey is what tells transports apart.
+type tlsKey struct {
+	ca, cert, key string
+	insecure      bool
+}
+
+// sharedTransport is the transport for tlsConf, made of cfg's TLS settings.
+func sharedTransport(tlsConf *tls.Config, cfg *Config) *http.Transport {
+	k := tlsKey{ca: string(cfg.CAData), cert: string(cfg.CertData), key: string(cfg.KeyData), insecure: cfg.Insecure}
+	transportsMu.Lock()
+	defer transportsMu.Unlock()
+	if tr, ok := transports[k]; ok {
+		return tr
+	}
+	// The default transport's proxy from the environment, timeouts and
+	// HTTP/2 attempt, as client-go's.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tlsConf
+	// HTTP/2 multiplexes all requests on one connection: ping it when
+	// silent, so that a dead one (a gone load balancer, a NAT that forgot
+	// it) is closed in under a minute rather than failing every request
+	// until the kernel gives up on it.
+	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second}
+	transports[k] = tr
+	return tr
 }
 
 // StatusError is a request's failure as the API server reports it: its

@@ -425,3 +425,16 @@ func TestNewErrors(t *testing.T) {
 	_, err := New(&Config{Server: "https://10.0.0.1:6443/"})
 	require.NoError(t, err)
 }
+
+// Clients of the same TLS settings share a transport, and so a
+// connection; other settings get their own.
+func TestClientsShareTransport(t *testing.T) {
+	a, err := New(&Config{Server: "https://127.0.0.1:1", Token: "a", UserAgent: "one"})
+	require.NoError(t, err)
+	b, err := New(&Config{Server: "https://127.0.0.1:1", Token: "b", UserAgent: "two"})
+	require.NoError(t, err)
+	assert.Same(t, a.http.Transport, b.http.Transport)
+	c, err := New(&Config{Server: "https://127.0.0.1:1", Insecure: true})
+	require.NoError(t, err)
+	assert.NotSame(t, a.http.Transport, c.http.Transport)
+}
