@@ -311,10 +311,11 @@ func TestReconcileNewRunningVM(t *testing.T) {
 	require.Equal(t, []string{
 		"get serviceaccounts vm-runner", "create serviceaccounts vm-runner",
 		"get rolebindings vm-runner", "create rolebindings vm-runner",
-		"create secrets vm-display-secret",
 		// ConfigMap and cloud-init Secret before the StatefulSet that
-		// mounts them.
+		// mounts them; the display Secret after it (the display is locked
+		// without one), so that a start reaches it one write sooner.
 		"patch configmaps vm", "patch secrets vm-cloud-init", "patch statefulsets vm", "patch services vm",
+		"create secrets vm-display-secret",
 		"patch vms/status vm",
 	}, f.actions())
 
@@ -366,8 +367,8 @@ func TestReconcileNewRunningVM(t *testing.T) {
 		require.False(t, c.LastTransitionTime.IsZero(), c.Type)
 	}
 	require.Equal(t, []string{
-		"Normal Created Created Secret vm-display-secret (a random display password, expired: the display stays locked until a console sets one), " +
-			"ConfigMap vm, Secret vm-cloud-init, StatefulSet vm, Service vm",
+		"Normal Created Created ConfigMap vm, Secret vm-cloud-init, StatefulSet vm, Service vm, " +
+			"Secret vm-display-secret (a random display password, expired: the display stays locked until a console sets one)",
 		"Normal Starting Waiting for the runner pod.",
 	}, f.recorded())
 

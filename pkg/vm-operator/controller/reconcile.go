@@ -82,8 +82,9 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 	// The resourceVersion of what the pod's config volume projects, if
 	// written now.
 	var projected string
+	var display *corev1.Secret
 	if applyErr == nil {
-		opts.DisplaySecret, projected, applyErr = c.ensureDisplaySecret(ctx, vm, &w)
+		opts.DisplaySecret, display, applyErr = c.displaySecret(vm)
 	}
 	out := c.renders.get(vm, opts)
 	if applyErr != nil || out == nil || !c.inPlace(vm, out) {
@@ -100,6 +101,11 @@ func (c *Controller) reconcile(ctx context.Context, key cache.ObjectName) (time.
 			}
 			projected = cmp.Or(written, projected)
 		}
+	}
+	if applyErr == nil && display != nil {
+		var created string
+		created, applyErr = c.createDisplaySecret(ctx, display, &w)
+		projected = cmp.Or(created, projected)
 	}
 	// What the pod's config volume projects has changed: tell the
 	// kubelet, also when a later write failed.
@@ -172,15 +178,15 @@ func (c *Controller) ensureRunnerAccess(ctx context.Context, ns string) (string,
 	return sa.Name, nil
 }
 
-// ensureDisplaySecret returns the name of the VM's display Secret, for
+// displaySecret returns the name of the VM's display Secret, for
 // rendering: one labelled for the VM (VM-Operator's convention) or the
 // conventional name (""). Unless the VM says generateSecret: false, a VM
 // with SPICE and no such Secret gets one with a random password that has
-// expired, so the display stays locked until a console sets a new one;
-// the second result is then the new Secret's resourceVersion, for syncPod.
-// That happens when the VM is to run, before its pod exists: a stopped VM
-// has no display, and a thousand stopped VMs need no thousand Secrets.
-func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMachine, w *writes) (string, string, error) {
+// expired, so the display stays locked until a console sets a new one:
+// the second result, to create. That happens when the VM is to run: a
+// stopped VM has no display, and a thousand stopped VMs need no thousand
+// Secrets.
+func (c *Controller) displaySecret(vm *v1.VirtualMachine) (string, *corev1.Secret, error) {
 	name := render.DisplaySecretName(vm.Name)
 	sel := labels.SelectorFromSet(labels.Set{
 		vmpod.LabelInstance:  vm.Name,
@@ -188,18 +194,18 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 	})
 	list, err := c.scopeOf(vm.Namespace).secrets.Secrets(vm.Namespace).List(sel)
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	for _, s := range list {
 		if s.Name == name {
-			return "", "", nil
+			return "", nil, nil
 		}
 	}
 	if len(list) > 0 {
-		return list[0].Name, "", nil
+		return list[0].Name, nil, nil
 	}
 	if vm.Spec.VM.State != v1.StateRunning {
-		return "", "", nil
+		return "", nil, nil
 	}
 	// As rendered: a VM without a display section has the default SPICE
 	// display, which must not be left open.
@@ -207,20 +213,18 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 	defaulted.Default()
 	d := defaulted.Spec.VM.Display
 	if d == nil || d.Spice == nil || (d.Spice.GenerateSecret != nil && !*d.Spice.GenerateSecret) {
-		return "", "", nil
+		return "", nil, nil
 	}
-	key := writeKey{kind: "Secret", namespace: vm.Namespace, name: name}
-	if c.written.covers(key, "generated", nil) {
-		return "", "", nil
+	if c.written.covers(writeKey{kind: "Secret", namespace: vm.Namespace, name: name}, "generated", nil) {
+		return "", nil, nil
 	}
 	pw := make([]byte, 24)
 	if _, err := rand.Read(pw); err != nil {
-		return "", "", err
+		return "", nil, err
 	}
-	lbl := render.DisplaySecretLabels(vm.Name)
-	secret := &corev1.Secret{
+	return "", &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: vm.Namespace, Labels: lbl,
+			Name: name, Namespace: vm.Namespace, Labels: render.DisplaySecretLabels(vm.Name),
 			OwnerReferences: []metav1.OwnerReference{ownerReference(vm)},
 		},
 		Type: corev1.SecretTypeOpaque,
@@ -228,20 +232,29 @@ func (c *Controller) ensureDisplaySecret(ctx context.Context, vm *v1.VirtualMach
 			vmpod.DisplayPasswordFile: base64.RawURLEncoding.EncodeToString(pw),
 			vmpod.PasswordExpiryFile:  "now",
 		},
-	}
-	res, err := c.kube.CoreV1().Secrets(vm.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager, FieldValidation: fieldValidation})
+	}, nil
+}
+
+// createDisplaySecret creates the Secret displaySecret generated and
+// returns its resourceVersion, for syncPod. It comes after the
+// StatefulSet, not before: a start reaches the StatefulSet one write
+// sooner, and a runner that finds no password keeps its display locked
+// until one comes.
+func (c *Controller) createDisplaySecret(ctx context.Context, secret *corev1.Secret, w *writes) (string, error) {
+	key := writeKey{kind: "Secret", namespace: secret.Namespace, name: secret.Name}
+	res, err := c.kube.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager, FieldValidation: fieldValidation})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// A Secret without the labels, made by the user: it is theirs.
 		c.written.remember(key, "generated", &metav1.ObjectMeta{})
 	case err != nil:
-		return "", "", fmt.Errorf("display secret %s/%s: %w", vm.Namespace, name, err)
+		return "", fmt.Errorf("display secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	default:
 		c.metrics.write("Secret")
 		c.written.remember(key, "generated", res)
-		w.add(&w.created, "Secret", name+" (a random display password, expired: the display stays locked until a console sets one)")
-		klog.FromContext(ctx).Info("Generated a display secret (locked until a console sets a password)", "secret", name)
-		return "", res.ResourceVersion, nil
+		w.add(&w.created, "Secret", secret.Name+" (a random display password, expired: the display stays locked until a console sets one)")
+		klog.FromContext(ctx).Info("Generated a display secret (locked until a console sets a password)", "secret", secret.Name)
+		return res.ResourceVersion, nil
 	}
-	return "", "", nil
+	return "", nil
 }
