@@ -1,5 +1,5 @@
 // Command vm-operator is vmop's in-cluster controller; the logic is in
-// pkg/vm-operator/operator and pkg/vm-operator/controller.
+// pkg/vm-operator/app and pkg/vm-operator/controller.
 package main
 
 import (

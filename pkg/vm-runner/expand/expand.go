@@ -11,6 +11,7 @@ package expand
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -81,7 +82,7 @@ func Main(in io.Reader, out, errOut io.Writer) int {
 			return nil, fmt.Errorf("vm-runner-template: the request on stdin: %w", err)
 		}
 		if req.Machine == nil || req.Machine.VM == nil {
-			return nil, fmt.Errorf("vm-runner-template: the request on stdin has no machine")
+			return nil, errors.New("vm-runner-template: the request on stdin has no machine")
 		}
 		t, err := Load(req.Template, req.Dirs...)
 		if err != nil {
