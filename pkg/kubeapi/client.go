@@ -43,21 +43,11 @@ func New(cfg *Config) (*Client, error) {
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("API server %q is not an http(s) URL", cfg.Server)
 	}
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.Insecure}
-	if cfg.CAData != nil {
-		tlsConf.RootCAs = x509.NewCertPool()
-		if !tlsConf.RootCAs.AppendCertsFromPEM(cfg.CAData) {
-			return nil, errors.New("API server CA data holds no PEM certificate")
-		}
+	tr, err := sharedTransport(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.CertData != nil || cfg.KeyData != nil {
-		cert, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData)
-		if err != nil {
-			return nil, fmt.Errorf("client certificate: %w", err)
-		}
-		tlsConf.Certificates = []tls.Certificate{cert}
-	}
-	var rt http.RoundTripper = sharedTransport(tlsConf, cfg)
+	var rt http.RoundTripper = tr
 	if cfg.WrapTransport != nil {
 		rt = cfg.WrapTransport(rt)
 	}
@@ -83,13 +73,28 @@ type tlsKey struct {
 	insecure      bool
 }
 
-// sharedTransport is the transport for tlsConf, made of cfg's TLS settings.
-func sharedTransport(tlsConf *tls.Config, cfg *Config) *http.Transport {
+// sharedTransport is the transport of cfg's TLS settings; they are parsed
+// only for the first client that has them.
+func sharedTransport(cfg *Config) (*http.Transport, error) {
 	k := tlsKey{ca: string(cfg.CAData), cert: string(cfg.CertData), key: string(cfg.KeyData), insecure: cfg.Insecure}
 	transportsMu.Lock()
 	defer transportsMu.Unlock()
 	if tr, ok := transports[k]; ok {
-		return tr
+		return tr, nil
+	}
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.Insecure}
+	if cfg.CAData != nil {
+		tlsConf.RootCAs = x509.NewCertPool()
+		if !tlsConf.RootCAs.AppendCertsFromPEM(cfg.CAData) {
+			return nil, errors.New("API server CA data holds no PEM certificate")
+		}
+	}
+	if cfg.CertData != nil || cfg.KeyData != nil {
+		cert, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		tlsConf.Certificates = []tls.Certificate{cert}
 	}
 	// The default transport's proxy from the environment, timeouts and
 	// HTTP/2 attempt, as client-go's.
@@ -101,7 +106,7 @@ func sharedTransport(tlsConf *tls.Config, cfg *Config) *http.Transport {
 	// until the kernel gives up on it.
 	tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second}
 	transports[k] = tr
-	return tr
+	return tr, nil
 }
 
 // StatusError is a request's failure as the API server reports it: its
